@@ -1,0 +1,77 @@
+"""Every chapter follows the one anatomy, and its committed outputs are a complete, clean reference."""
+
+from __future__ import annotations
+
+import re
+
+import nbformat
+import pytest
+
+from conftest import HARDWARE_TAGS
+from tools import course
+
+PRESENT = [c for c in course.CHAPTERS if c.path.exists()]
+CHAPTERS = [c for c in PRESENT if c.number != "00"]
+REQUIRED_HEADINGS = ["## What you will learn", "## Summary", "## Exercises", "## Further reading"]
+
+
+def load(ch):
+    return nbformat.read(ch.path, as_version=4)
+
+
+def code_cells(nb):
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+def tags(cell):
+    return set(cell.metadata.get("tags", []))
+
+
+def test_generated_parts_are_up_to_date():
+    assert course.stale() == [], "run: python -m tools.course sync"
+
+
+@pytest.mark.parametrize("ch", PRESENT, ids=lambda c: c.number)
+def test_setup_cell_comes_first(ch):
+    first = code_cells(load(ch))[0]
+    assert "setup" in tags(first)
+    assert first.source.startswith(course.COLAB_SETUP)
+    assert "nbval-ignore-output" in tags(first), "the setup cell prints versions and devices"
+
+
+@pytest.mark.parametrize("ch", CHAPTERS, ids=lambda c: c.number)
+def test_sections_of_the_anatomy(ch):
+    text = "\n".join(c.source for c in load(ch).cells if c.cell_type == "markdown")
+    positions = [text.find(h) for h in REQUIRED_HEADINGS]
+    assert -1 not in positions, f"missing: {[h for h, p in zip(REQUIRED_HEADINGS, positions, strict=True) if p < 0]}"
+    assert positions == sorted(positions), "sections out of order"
+    assert "assert " in "\n".join(c.source for c in code_cells(load(ch))), "claims are checked by asserts"
+
+
+@pytest.mark.parametrize("ch", PRESENT, ids=lambda c: c.number)
+def test_reference_outputs_come_from_one_clean_run(ch):
+    cells = code_cells(load(ch))
+    counts = [c.execution_count for c in cells]
+    assert counts == list(range(1, len(cells) + 1)), "re-run with: python -m tools.course execute " + ch.number
+    for c in cells:
+        for out in c.outputs:
+            if out.output_type == "error":
+                assert "raises-exception" in tags(c), f"unexpected error in committed output: {c.source[:60]}"
+            text = out.get("text", "") + str(out.get("data", {}).get("text/plain", ""))
+            assert not re.search(r"(/tmp/|/home/|/work/|/Users/|\\\\Users\\\\)", text), (
+                f"a machine-specific path in a committed output: {text[:120]}"
+            )
+
+
+@pytest.mark.parametrize("ch", PRESENT, ids=lambda c: c.number)
+def test_hardware_cells_are_tagged_and_guarded(ch):
+    for c in code_cells(load(ch)):
+        tagged = bool(tags(c) & HARDWARE_TAGS.keys())
+        guarded = "requires(" in c.source
+        assert tagged == guarded, f"a hardware tag and an `if requires(...)` guard go together: {c.source[:80]}"
+
+
+@pytest.mark.parametrize("ch", PRESENT, ids=lambda c: c.number)
+def test_no_sys_path_patching(ch):
+    for c in code_cells(load(ch)):
+        assert "sys.path" not in c.source, "import utils as an installed package; never patch sys.path"

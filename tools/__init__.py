@@ -1,0 +1,1 @@
+"""Maintenance scripts for the course (not installed; run from the repository root)."""

@@ -1,0 +1,21 @@
+"""Helpers shared by the chapters of the PyTorch building-blocks course.
+
+``from utils import try_gpu, try_all_gpus`` works from any folder once the project is installed
+(``pip install -r requirements.txt`` installs it in editable mode). Importing this package is cheap
+and never initialises CUDA: heavier helpers live in sub-modules that load on first use.
+"""
+
+from utils.checks import ExerciseFailed, exercise, expect, rejection
+from utils.devices import gpu_type, num_gpus, requires, try_all_gpus, try_gpu
+
+__all__ = [
+    "ExerciseFailed",
+    "exercise",
+    "expect",
+    "gpu_type",
+    "num_gpus",
+    "rejection",
+    "requires",
+    "try_all_gpus",
+    "try_gpu",
+]

@@ -1,0 +1,103 @@
+"""Finding the devices a notebook can use.
+
+The contract (the one *Dive into Deep Learning* made familiar, with its empty-list bug fixed):
+
+=================  ==================  ==================  ============================
+call               no GPU              one GPU             four GPUs
+=================  ==================  ==================  ============================
+``num_gpus()``     ``0``               ``1``               ``4``
+``try_gpu()``      ``cpu``             ``cuda:0``          ``cuda:0``
+``try_gpu(3)``     ``cpu``             ``cpu``             ``cuda:3``
+``try_all_gpus()`` ``[cpu]``           ``[cuda:0]``        ``[cuda:0, ..., cuda:3]``
+=================  ==================  ==================  ============================
+
+**Which devices count as a GPU.** The current accelerator that ``torch.accelerator`` reports, when it
+is a GPU: CUDA (NVIDIA, and AMD through ROCm, which PyTorch also calls ``cuda``), Intel XPU or Apple
+MPS. On a Mac, ``try_gpu()`` therefore returns ``mps:0``. Other accelerator types are not GPUs and
+are ignored. ``try_all_gpus()`` never returns an empty list: with no GPU it returns ``[cpu]``, so
+``for d in try_all_gpus()`` and ``devices[0]`` always work.
+
+Nothing here initialises CUDA: counting devices goes through ``torch.accelerator.device_count()``,
+which reads the driver without creating a context.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["GPU_TYPES", "gpu_type", "num_gpus", "try_gpu", "try_all_gpus", "requires"]
+
+#: Accelerator types that these helpers treat as GPUs.
+GPU_TYPES = ("cuda", "xpu", "mps")
+
+
+def _check_index(value: object, name: str) -> int:
+    # bool is a subclass of int: reject it explicitly, True is not "GPU 1".
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return value
+
+
+def gpu_type() -> str | None:
+    """The type of this machine's GPU (``'cuda'``, ``'xpu'`` or ``'mps'``), or ``None`` without one."""
+    if not torch.accelerator.is_available():
+        return None
+    acc = torch.accelerator.current_accelerator()
+    if acc is None or acc.type not in GPU_TYPES:
+        return None
+    return acc.type
+
+
+def num_gpus() -> int:
+    """How many GPUs this process can see (0 without one). ``CUDA_VISIBLE_DEVICES`` is respected."""
+    if gpu_type() is None:
+        return 0
+    return torch.accelerator.device_count()
+
+
+def try_gpu(i: int = 0) -> torch.device:
+    """Return GPU ``i`` if it exists, else the CPU.
+
+    >>> try_gpu()        # on a laptop without a GPU
+    device(type='cpu')
+    """
+    i = _check_index(i, "i")
+    kind = gpu_type()
+    if kind is not None and i < num_gpus():
+        return torch.device(kind, i)
+    return torch.device("cpu")
+
+
+def try_all_gpus() -> list[torch.device]:
+    """Return every GPU, or ``[torch.device('cpu')]`` when there is none (never an empty list)."""
+    kind = gpu_type()
+    n = num_gpus()
+    if kind is None or n == 0:
+        return [torch.device("cpu")]
+    return [torch.device(kind, i) for i in range(n)]
+
+
+def requires(kind: str = "cuda", count: int = 1) -> bool:
+    """True when this machine has ``count`` devices of ``kind``; otherwise say so and return False.
+
+    Guards a notebook cell that needs hardware, so that *Run All* on a laptop skips it instead of
+    crashing::
+
+        if requires("cuda", 2):
+            ...  # the two-GPU demo
+
+    Such cells also carry the tag ``requires-cuda`` (or ``requires-multi-gpu`` for ``count >= 2``);
+    the test suite skips them where the hardware is missing.
+    """
+    if kind not in GPU_TYPES:
+        raise ValueError(f"kind must be one of {GPU_TYPES}, got {kind!r}")
+    count = _check_index(count, "count")
+    have = num_gpus() if gpu_type() == kind else 0
+    if have >= count:
+        return True
+    need = "a" if count == 1 else str(count)
+    plural = "" if count == 1 else "s"
+    print(f"Skipped: this cell needs {need} {kind.upper()} device{plural}; this machine has {have}.")
+    return False

@@ -1,0 +1,1 @@
+"""Checks for each chapter's exercises: ``from utils.exercises.ch01 import check_parallel``."""
