@@ -1,0 +1,132 @@
+"""The three ways in (local, Binder, Colab) and the lecture slides, tested as far as this machine allows."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import venv
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tools import course
+
+ROOT = Path(__file__).resolve().parents[1]
+BROWSER_TEST_ONLY = {"playwright", "greenlet"}  # not needed on Binder
+
+
+def pins(path: Path) -> dict[str, str]:
+    out = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line or line.startswith("-"):
+            continue
+        name, _, version = line.partition("==")
+        assert version, f"{path.name}: {line!r} is not pinned exactly"
+        out[name.lower()] = version
+    return out
+
+
+def test_requirements_pin_everything_and_install_the_project():
+    text = (ROOT / "requirements.txt").read_text()
+    assert re.search(r"^torch==2\.13\.0$", text, re.M), "torch must be pinned exactly"
+    assert re.search(r"^-e \.$", text, re.M), "requirements.txt installs this project (editable)"
+    assert pins(ROOT / "requirements.txt")  # every line is an exact pin (asserted inside)
+
+
+def test_binder_pins_follow_requirements():
+    local, binder = pins(ROOT / "requirements.txt"), pins(ROOT / "binder" / "requirements.txt")
+    assert binder.pop("torch") == local.pop("torch") + "+cpu", "Binder gets the CPU build of the same torch"
+    for name in BROWSER_TEST_ONLY:
+        local.pop(name)
+    assert binder == local
+    text = (ROOT / "binder" / "requirements.txt").read_text()
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in text
+    assert (ROOT / "binder" / "runtime.txt").read_text().strip() == "python-" + ".".join(
+        map(str, sys.version_info[:2])
+    )
+    post = (ROOT / "binder" / "postBuild").read_text()
+    assert post.startswith("#!/bin/bash") and "set -euo pipefail" in post and "--editable ." in post
+    assert os.access(ROOT / "binder" / "postBuild", os.X_OK)
+
+
+def test_every_badge_points_at_the_one_repository():
+    for ch in course.CHAPTERS:
+        header = nbformat.read(ch.path, as_version=4).cells[1]
+        assert header.metadata["tags"] == ["nav-header"]
+        urls = re.findall(r"\]\((https://(?:colab|mybinder)[^)]*)\)", header.source)
+        assert len(urls) == 2 and all(course.REPO in u and ch.file in u for u in urls)
+
+
+def test_colab_setup_does_nothing_off_colab():
+    ns: dict = {}
+    code = course.COLAB_SETUP.replace("%pip", "raise RuntimeError #")
+    exec(compile(code, "<setup>", "exec"), ns)  # would raise if the guard let it through
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs git and a checkout")
+def test_colab_install_command_installs_utils_into_a_fresh_environment(tmp_path):
+    """The setup cell's Colab command, pointed at a local clone, installs `utils` and a chapter runs."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
+    env_dir = tmp_path / "env"
+    venv.create(env_dir, with_pip=True)
+    py = env_dir / "bin" / "python"
+
+    # The very command of the setup cell, with the repository URL swapped for the clone.
+    command = next(line for line in course.COLAB_SETUP.splitlines() if "%pip install" in line).strip()
+    spec = re.search(r'"([^"]+)"', command).group(1)
+    spec = re.sub(r"git\+https://github\.com/\S+?@", f"git+file://{clone}@", spec)
+    subprocess.run([str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", spec], check=True)
+    installed = subprocess.run([str(py), "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True)
+    assert "torch-building-blocks==" in installed.stdout
+    assert "torch==" not in installed.stdout, "installing the helpers must not (re)install torch"
+
+    # Colab already has torch, Jupyter and friends: lend this environment the ones installed here,
+    # placed after its own site-packages so its freshly installed `utils` wins.
+    site = Path(subprocess.check_output([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                        text=True).strip())
+    (site / "zz_colab_stand_in.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    where = subprocess.check_output([str(py), "-c", "import utils; print(utils.__file__)"], cwd=tmp_path, text=True)
+    assert where.startswith(str(site)), where
+
+    result = subprocess.run(
+        [str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:benchmark",
+         "-c", os.devnull, "--rootdir", str(tmp_path),
+         "--nbval", "--nbval-current-env", "--nbval-sanitize-with", str(ROOT / "tests" / "sanitize.cfg"),
+         str(clone / "notebooks" / "01_layers_and_blocks.ipynb")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert " passed" in result.stdout and "failed" not in result.stdout
+
+
+def slide_counts(html: str) -> tuple[int, int]:
+    depth = tops = subs = 0
+    for tag in re.findall(r"</?section>", html):
+        if tag == "<section>":
+            depth += 1
+            tops += depth == 1
+            subs += depth == 2
+        else:
+            depth -= 1
+    assert depth == 0
+    return tops, subs
+
+
+@pytest.mark.parametrize("ch", [c for c in course.CHAPTERS if c.path.exists()], ids=lambda c: c.number)
+def test_every_chapter_exports_to_a_slide_deck(ch):
+    from nbconvert import SlidesExporter
+
+    nb = nbformat.read(ch.path, as_version=4)
+    html, _ = SlidesExporter().from_notebook_node(nb)
+    kinds = [c.metadata["slideshow"]["slide_type"] for c in nb.cells]
+    sections = sum(c.cell_type == "markdown" and c.source.startswith("## ") for c in nb.cells)
+    assert kinds.count("slide") == 1 + sections, "one slide for the title and one per section"
+    assert slide_counts(html) == (kinds.count("slide"), kinds.count("slide") + kinds.count("subslide"))
+    assert "reveal.js" in html
