@@ -81,7 +81,8 @@ def test_colab_install_command_installs_utils_into_a_fresh_environment(tmp_path)
     # The very command of the setup cell, with the repository URL swapped for the clone.
     command = next(line for line in course.COLAB_SETUP.splitlines() if "%pip install" in line).strip()
     spec = re.search(r'"([^"]+)"', command).group(1)
-    spec = re.sub(r"git\+https://github\.com/\S+?@", f"git+file://{clone}@", spec)
+    spec = re.sub(r"^git\+https://github\.com/[^@]+@", f"git+file://{clone}@", spec)
+    assert spec.startswith("git+file://"), spec
     subprocess.run([str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", spec], check=True)
     installed = subprocess.run([str(py), "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True)
     assert "torch-building-blocks==" in installed.stdout

@@ -62,7 +62,7 @@ COLAB_SETUP = f"""\
 import sys
 
 if "google.colab" in sys.modules:
-    %pip install --quiet "torch-building-blocks @ git+https://github.com/{REPO}@{BRANCH}"
+    %pip install --quiet "git+https://github.com/{REPO}@{BRANCH}"
 """
 
 
