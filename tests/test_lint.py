@@ -9,7 +9,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_ruff_is_clean():
     result = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "--no-cache", "utils", "tests", "tools", "scripts", "notebooks", "conftest.py"],
+        [sys.executable, "-m", "ruff", "check", "--no-cache",
+         "utils", "tests", "tools", "scripts", "notebooks", "conftest.py"],
         cwd=ROOT, capture_output=True, text=True,
     )
     assert result.returncode == 0, result.stdout + result.stderr
