@@ -21,6 +21,8 @@ import pytest
 from tools import course
 
 CHAPTER = course.BY_NUMBER["02"]  # the init explorer: a slider and dropdowns redrawing a figure
+# The explorer's figure: an ipywidgets Image (or an image inside an Output widget).
+FIGURE = ".jp-CodeCell img.widget-image, .jp-CodeCell .widget-output img"
 CHROMIUM_FLAGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
     "--disable-background-networking", "--disable-component-update",
@@ -103,9 +105,9 @@ def test_widget_redraws_in_jupyterlab(lab, tmp_path):
             page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
 
             # The live explorer: a code cell whose output holds widget controls and a drawn figure.
-            figure = page.locator(".jp-CodeCell .widget-output img").first
+            figure = page.locator(FIGURE).first
             figure.wait_for(timeout=90_000)
-            cell = page.locator(".jp-CodeCell", has=page.locator(".widget-output img")).first
+            cell = page.locator(".jp-CodeCell", has=page.locator(FIGURE)).first
             before = figure.get_attribute("src")
             page.screenshot(path=str(tmp_path / "before.png"))
 
@@ -119,11 +121,11 @@ def test_widget_redraws_in_jupyterlab(lab, tmp_path):
                 current = select.input_value()
                 select.select_option(next(o for o in options if o != current))
             page.wait_for_function(
-                """(before) => {
-                    const img = document.querySelector('.jp-CodeCell .widget-output img');
+                """([selector, before]) => {
+                    const img = document.querySelector(selector);
                     return img !== null && img.src !== before;
                 }""",
-                arg=before,
+                arg=[FIGURE, before],
                 timeout=60_000,
             )
             page.screenshot(path=str(tmp_path / "after.png"))

@@ -1,0 +1,217 @@
+"""``python -m utils.doctor`` on simulated machines, on this machine, and as a real command."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from utils import devices, doctor
+from utils.doctor import Accelerator, Facts, advice, gather, render
+
+ROOT = Path(__file__).resolve().parents[1]
+GiB = 2**30
+
+LAPTOP = Facts(python="3.11.9", platform="Linux x86_64", torch="2.13.0+cpu", build="CPU")
+H100 = Accelerator("cuda", 0, "NVIDIA H100 80GB HBM3", 80 * GiB)
+ONE_GPU = Facts(
+    python="3.11.9",
+    platform="Linux x86_64",
+    torch="2.13.0+cu126",
+    build="CUDA",
+    cuda="12.6",
+    cudnn=91002,
+    accelerators=(H100,),
+    nvidia_evidence=("nvidia-smi found", "/proc/driver/nvidia exists"),
+)
+
+
+def test_no_gpu():
+    tips = advice(LAPTOP)
+    assert len(tips) == 1 and tips[0].startswith("No GPU found")
+    report = render(LAPTOP)
+    assert "2.13.0+cpu" in report and "CPU only" in report
+    assert "none visible" in report and "course device         cpu" in report
+    assert "CUDA_VISIBLE_DEVICES  not set" in report
+    assert LAPTOP.device == "cpu" and LAPTOP.gpus == ()
+
+
+def test_one_gpu():
+    tips = advice(ONE_GPU)
+    assert len(tips) == 1 and tips[0].startswith("Ready: 1 GPU visible")
+    report = render(ONE_GPU)
+    assert "cuda:0  NVIDIA H100 80GB HBM3, 80.0 GiB" in report
+    assert "build                 CUDA 12.6" in report
+    assert "cuDNN                 9.10.2 (91002)" in report
+    assert ONE_GPU.device == "cuda:0"
+
+
+def test_several_gpus_listed_one_per_line():
+    facts = replace(ONE_GPU, accelerators=(H100, replace(H100, index=1)))
+    report = render(facts)
+    assert report.count("NVIDIA H100") == 2 and "cuda:1  NVIDIA H100" in report
+    assert advice(facts)[0].startswith("Ready: 2 GPUs visible")
+
+
+def test_cpu_only_build_on_a_machine_with_an_nvidia_gpu():
+    facts = replace(LAPTOP, nvidia_evidence=("nvidia-smi found", "/proc/driver/nvidia exists"))
+    tips = advice(facts)
+    assert len(tips) == 1
+    tip = tips[0]
+    assert "An NVIDIA GPU is present (nvidia-smi found / /proc/driver/nvidia exists)" in tip
+    assert "CPU-only build" in tip and "torch==2.13.0 " in tip  # the release, without "+cpu"
+    assert "--index-url https://download.pytorch.org/whl/cu" in tip
+    assert "No GPU found" not in " ".join(tips)
+    assert "NVIDIA driver         nvidia-smi found / /proc/driver/nvidia exists" in render(facts)
+
+
+def test_cpu_only_build_on_a_machine_with_an_amd_gpu():
+    tip = advice(replace(LAPTOP, amd_evidence=("/dev/kfd exists",)))[0]
+    assert "AMD GPU driver is present (/dev/kfd exists)" in tip and "whl/rocm" in tip
+
+
+def test_hidden_devices():
+    facts = replace(ONE_GPU, accelerators=(), cuda_visible_devices="")
+    tips = advice(facts)
+    assert tips[0].startswith("CUDA_VISIBLE_DEVICES is set to '' so no GPU is visible")
+    assert not any("driver" in t for t in tips), "hiding the GPUs is the explanation, not the driver"
+    report = render(facts)
+    assert "CUDA_VISIBLE_DEVICES  ''" in report and "none visible" in report
+    # The same variable on a CPU-only laptop: still said, and the laptop advice still given.
+    laptop = advice(replace(LAPTOP, cuda_visible_devices=""))
+    assert laptop[0].startswith("CUDA_VISIBLE_DEVICES is set to ''") and laptop[1].startswith("No GPU found")
+
+
+def test_visible_devices_naming_a_missing_gpu():
+    tips = advice(replace(ONE_GPU, accelerators=(), cuda_visible_devices="3"))
+    assert tips[0].startswith("CUDA_VISIBLE_DEVICES is set to '3' and no GPU is visible")
+
+
+def test_visible_devices_selecting_gpus():
+    tips = advice(replace(ONE_GPU, cuda_visible_devices="2"))
+    assert "renumbered from 0" in tips[0] and tips[1].startswith("Ready: 1 GPU")
+
+
+def test_gpu_build_but_driver_too_old():
+    facts = replace(ONE_GPU, accelerators=(), warnings=("CUDA initialization: The NVIDIA driver is too old",))
+    tips = advice(facts)
+    assert len(tips) == 1 and "driver older than that toolkit needs" in tips[0]
+    report = render(facts)
+    assert "Warnings from torch\n- CUDA initialization: The NVIDIA driver is too old" in report
+
+
+def test_gpu_build_on_a_machine_without_gpu():
+    tips = advice(replace(ONE_GPU, accelerators=(), nvidia_evidence=()))
+    assert len(tips) == 1 and "no GPU driver was found" in tips[0] and "whl/cpu" in tips[0]
+
+
+def test_missing_cudnn():
+    tips = advice(replace(ONE_GPU, cudnn=None))
+    assert any(t.startswith("cuDNN is not available") for t in tips)
+    assert "cuDNN                 not available" in render(replace(ONE_GPU, cudnn=None))
+
+
+def test_cudnn_8_version_format():
+    assert "8.9.2 (8902)" in render(replace(ONE_GPU, cudnn=8902))
+
+
+def test_apple_gpu():
+    mac = replace(LAPTOP, platform="Darwin arm64", torch="2.13.0", mps_built=True, mps_available=True,
+                  accelerators=(Accelerator("mps", 0, "Apple GPU (MPS)", None),))
+    assert mac.device == "mps:0"
+    assert advice(mac)[0].startswith("Apple GPU ready")
+    intel_mac = replace(mac, platform="Darwin x86_64", mps_available=False, accelerators=())
+    assert "macOS 12.3" in advice(intel_mac)[0]
+
+
+def test_report_is_ascii_and_wrapped():
+    facts = replace(LAPTOP, nvidia_evidence=("nvidia-smi found",), warnings=("caf\u00e9 " * 40,))
+    report = render(facts, width=60)
+    report.encode("ascii")  # a Windows console with a legacy code page can print it
+    long_words = [w for w in report.split() if len(w) > 60]
+    assert all(len(line) <= 60 for line in report.splitlines() if not any(w in line for w in long_words))
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="build"):
+        Facts(python="3", platform="x", torch="2", build="TPU")
+    with pytest.raises(TypeError, match="accelerators"):
+        Facts(python="3", platform="x", torch="2", build="CPU", accelerators=[H100])
+    with pytest.raises(TypeError, match="cuda_visible_devices"):
+        Facts(python="3", platform="x", torch="2", build="CPU", cuda_visible_devices=0)
+    with pytest.raises(ValueError, match="index"):
+        Accelerator("cuda", -1, "x")
+    with pytest.raises(TypeError, match="facts"):
+        render({"build": "CPU"})
+    with pytest.raises(TypeError, match="facts"):
+        advice(None)
+    with pytest.raises(ValueError, match="width"):
+        render(LAPTOP, width=10)
+    with pytest.raises(TypeError, match="environ"):
+        gather(environ=[("CUDA_VISIBLE_DEVICES", "")])
+
+
+def test_gather_reads_this_process():
+    facts = gather()
+    assert facts.torch == torch.__version__
+    assert facts.python == ".".join(map(str, sys.version_info[:3]))
+    assert facts.cuda == torch.version.cuda and facts.hip == torch.version.hip
+    assert (facts.build == "CPU") == (torch.version.cuda is None and torch.version.hip is None
+                                      and not getattr(torch.version, "xpu", None))
+    assert facts.cuda_visible_devices == os.environ.get("CUDA_VISIBLE_DEVICES")
+    assert facts.device == str(devices.try_gpu())
+    assert len(facts.gpus) == devices.num_gpus()
+    assert (facts.cudnn is None) == (not torch.backends.cudnn.is_available())
+
+
+def test_gather_simulated_files_and_environment():
+    facts = gather(
+        environ={"CUDA_VISIBLE_DEVICES": ""},
+        which=lambda name: f"/usr/bin/{name}" if name == "nvidia-smi" else None,
+        exists=lambda path: path in {"/proc/driver/nvidia", "/dev/kfd"},
+    )
+    assert facts.cuda_visible_devices == ""
+    assert facts.nvidia_evidence == ("nvidia-smi found", "/proc/driver/nvidia exists")
+    assert facts.amd_evidence == ("/dev/kfd exists",)
+    bare = gather(environ={}, which=lambda name: None, exists=lambda path: False)
+    assert bare.cuda_visible_devices is None and bare.nvidia_evidence == () and bare.amd_evidence == ()
+
+
+def test_a_failing_probe_is_reported_not_raised(monkeypatch):
+    def broken():
+        raise RuntimeError("driver exploded")
+
+    monkeypatch.setattr(doctor, "_accelerators", broken)
+    facts = gather()
+    assert facts.accelerators == ()
+    assert any("driver exploded" in w for w in facts.warnings)
+
+
+def test_gather_is_fast():
+    gather()  # first call may load backends
+    start = time.perf_counter()
+    gather()
+    assert time.perf_counter() - start < 1.0
+
+
+def test_command_runs_and_exits_0_without_nvidia_smi():
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable)}  # no nvidia-smi on this PATH
+    result = subprocess.run(
+        [sys.executable, "-m", "utils.doctor"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"torch                 {torch.__version__}" in result.stdout
+    assert "Advice\n- " in result.stdout
+    assert result.stderr == ""
+
+
+def test_import_utils_does_not_load_the_doctor():
+    probe = "import sys, utils; print('utils.doctor' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"

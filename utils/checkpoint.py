@@ -1,0 +1,260 @@
+"""Saving checkpoints without losing the previous one, and loading them safely.
+
+Three functions, one error type:
+
+``save_checkpoint(obj, path)``
+    Writes ``torch.save(obj)`` to a temporary file in the same folder, flushes it and fsyncs it to
+    disk, then renames it over ``path`` with :func:`os.replace`. The rename is atomic: whoever reads
+    ``path`` sees either the old checkpoint or the complete new one, never half a file. A crash while
+    writing (an exception, a full disk, a killed process) leaves the previous checkpoint untouched, and
+    on an exception the temporary file is removed.
+
+``load_checkpoint(path)``
+    ``torch.load(path, weights_only=True)``: tensors, containers and plain Python values load; pickled
+    code is refused. Before loading it checks that the file is a complete archive whose records match
+    their CRC-32 checksums, so a truncated or corrupt file raises :class:`CheckpointError` naming the
+    file, instead of an ``EOFError`` without a message, an ``OSError: Invalid argument``, or (for a
+    flipped bit inside a tensor) silently wrong numbers.
+
+``load_weights(module, path, key=...)``
+    Loads a state dict from a checkpoint into a module. Keys that do not match are reported by name
+    before anything is copied (the module is left untouched when it raises); ``strict=False`` loads
+    the keys that match and returns the ones that did not.
+
+Nothing here initialises CUDA; pass ``map_location`` to load GPU checkpoints on a CPU-only machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import zipfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["CheckpointError", "load_checkpoint", "load_weights", "save_checkpoint"]
+
+#: What ``torch.load`` accepts as ``map_location``.
+MapLocation = str | torch.device | Mapping[str, str] | Callable[..., Any] | None
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint file is incomplete or corrupt, or does not fit the module it is loaded into."""
+
+
+def _as_path(value: object, name: str) -> Path:
+    if isinstance(value, bool) or not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a str or os.PathLike, got {type(value).__name__} {value!r}")
+    path = Path(value)
+    if str(value) == "" or path.name == "":
+        raise ValueError(f"{name} must name a file, got {value!r}")
+    return path
+
+
+def _open_temporary(folder: Path, stem: str) -> tuple[int, Path]:
+    """Create a new, empty, hidden file next to the target; the umask applies as for any new file."""
+    for _ in range(100):
+        candidate = folder / f".{stem}.{secrets.token_hex(4)}.tmp"
+        try:
+            fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+        except FileExistsError:
+            continue
+        return fd, candidate
+    raise FileExistsError(f"could not create a temporary file in {folder}")  # pragma: no cover
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make the rename itself durable (POSIX; folders cannot be opened this way on Windows)."""
+    if os.name != "posix":  # pragma: no cover
+        return
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def save_checkpoint(obj: object, path: str | os.PathLike[str]) -> Path:
+    """Save ``obj`` with ``torch.save`` to ``path`` atomically; return ``path`` as a :class:`~pathlib.Path`.
+
+    The data goes to a temporary file in the same folder (a rename is only atomic within one file
+    system), which is flushed and fsynced before :func:`os.replace` puts it in place. If
+    ``torch.save`` raises, the temporary file is deleted, the exception propagates, and a checkpoint
+    already at ``path`` is unchanged. A file that is replaced keeps its permission bits.
+
+    Raises:
+        TypeError: ``path`` is not a ``str`` or ``os.PathLike``.
+        ValueError: ``path`` is empty, names a folder, or its folder does not exist.
+    """
+    target = _as_path(path, "path")
+    folder = target.parent
+    if not folder.is_dir():
+        raise ValueError(f"path: the folder {folder} does not exist")
+    if target.is_dir():
+        raise ValueError(f"path: {target} is a folder, not a file")
+    fd, temporary = _open_temporary(folder, target.name)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            torch.save(obj, file)
+            file.flush()
+            os.fsync(file.fileno())
+        if target.exists():
+            shutil.copymode(target, temporary)
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+    _fsync_folder(folder)
+    return target
+
+
+def load_checkpoint(path: str | os.PathLike[str], *, map_location: MapLocation = None, verify: bool = True) -> Any:
+    """Load a checkpoint written by ``torch.save`` (or :func:`save_checkpoint`) with ``weights_only=True``.
+
+    Args:
+        path: the file.
+        map_location: passed to ``torch.load``; e.g. ``"cpu"`` loads a GPU checkpoint on a CPU-only
+            machine, ``"meta"`` reads shapes and dtypes without the data.
+        verify: compare every record of the archive with its CRC-32 first. This reads the file once
+            more; pass ``False`` for very large files when the bytes are known to be good.
+
+    Only the zip format that ``torch.save`` has written by default since PyTorch 1.6 is accepted.
+    A pickle that needs code to load (a whole model object, an arbitrary class) raises
+    ``pickle.UnpicklingError`` from ``torch.load``, unchanged: allow-list trusted classes with
+    ``torch.serialization.safe_globals`` around the call.
+
+    Raises:
+        TypeError: ``path`` is not a ``str`` or ``os.PathLike``, or ``verify`` is not a bool.
+        ValueError: ``path`` is empty.
+        FileNotFoundError: there is no file at ``path``.
+        CheckpointError: the file is empty, truncated, not a checkpoint, or corrupt; the message
+            names the file.
+    """
+    source = _as_path(path, "path")
+    if not isinstance(verify, bool):
+        raise TypeError(f"verify must be a bool, got {type(verify).__name__} {verify!r}")
+    if not source.is_file():
+        raise FileNotFoundError(f"no checkpoint at {source}")
+    if source.stat().st_size == 0:
+        raise CheckpointError(f"{source} is empty: the save that wrote it did not finish")
+    try:
+        with zipfile.ZipFile(source) as archive:
+            names = archive.namelist()
+            damaged = archive.testzip() if verify else None
+    except (zipfile.BadZipFile, EOFError, OSError) as err:
+        raise CheckpointError(
+            f"{source} is not a complete checkpoint (truncated, or not written by torch.save): {err}"
+        ) from None
+    if not any(name == "data.pkl" or name.endswith("/data.pkl") for name in names):
+        raise CheckpointError(
+            f"{source} is not a complete checkpoint: it has no data.pkl record (did the save that wrote it fail?)"
+        )
+    if damaged is not None:
+        raise CheckpointError(f"{source} is corrupt: its record {damaged!r} does not match its checksum")
+    try:
+        return torch.load(source, map_location=map_location, weights_only=True)
+    except (EOFError, zipfile.BadZipFile) as err:
+        raise CheckpointError(f"{source} could not be read as a checkpoint: {err!r}") from None
+    except RuntimeError as err:
+        if "PytorchStreamReader" in str(err):
+            raise CheckpointError(f"{source} could not be read as a checkpoint: {err}") from None
+        raise
+
+
+def _shown(keys: list[str], limit: int = 8) -> str:
+    more = f", ... ({len(keys) - limit} more)" if len(keys) > limit else ""
+    return ", ".join(repr(k) for k in keys[:limit]) + more
+
+
+def load_weights(
+    module: nn.Module,
+    path: str | os.PathLike[str],
+    *,
+    key: str | None = None,
+    strict: bool = True,
+    strip_prefix: str | None = "module.",
+    map_location: MapLocation = "cpu",
+) -> nn.modules.module._IncompatibleKeys:
+    """Load the state dict saved at ``path`` (or at ``checkpoint[key]``) into ``module``.
+
+    Args:
+        module: the model to fill.
+        path: a checkpoint written by ``torch.save`` / :func:`save_checkpoint`; loaded with
+            :func:`load_checkpoint` (so ``weights_only=True``).
+        key: where the state dict sits in a full checkpoint, e.g. ``"model"``; ``None`` when the file
+            is the state dict itself.
+        strict: with ``True`` every key must match; with ``False`` matching keys are loaded and the
+            others returned.
+        strip_prefix: removed from the keys when *every* key starts with it (``"module."`` is what
+            ``nn.DataParallel`` and ``DistributedDataParallel`` add); ``None`` to keep keys as saved.
+        map_location: passed to ``torch.load``; the default loads onto the CPU (``load_state_dict``
+            then copies into the module's own device and dtype).
+
+    Returns:
+        ``load_state_dict``'s result: ``missing_keys`` and ``unexpected_keys``.
+
+    Raises:
+        TypeError / ValueError: a bad argument, named in the message (``key`` absent from the
+            checkpoint is a ValueError listing the keys that are there).
+        CheckpointError: keys are missing or unexpected (with ``strict=True``), or a tensor's shape
+            differs from the module's (whatever ``strict``). The module is left untouched.
+    """
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"module must be an nn.Module, got {type(module).__name__}")
+    if key is not None and not isinstance(key, str):
+        raise TypeError(f"key must be a str or None, got {type(key).__name__} {key!r}")
+    if not isinstance(strict, bool):
+        raise TypeError(f"strict must be a bool, got {type(strict).__name__} {strict!r}")
+    if strip_prefix is not None and not isinstance(strip_prefix, str):
+        raise TypeError(f"strip_prefix must be a str or None, got {type(strip_prefix).__name__}")
+    if strip_prefix == "":
+        raise ValueError("strip_prefix must be a non-empty str or None")
+    source = _as_path(path, "path")
+    loaded = load_checkpoint(source, map_location=map_location)
+    if key is not None:
+        if not isinstance(loaded, Mapping) or key not in loaded:
+            there = _shown(sorted(map(str, loaded))) if isinstance(loaded, Mapping) else type(loaded).__name__
+            raise ValueError(f"key {key!r} is not in the checkpoint {source.name}; it holds: {there}")
+        loaded = loaded[key]
+    if not isinstance(loaded, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in loaded.items()
+    ):
+        hint = " (a full checkpoint? pass key=..., e.g. key='model')" if isinstance(loaded, Mapping) else ""
+        raise CheckpointError(f"{source} does not hold a state dict of tensors{hint}")
+    state = dict(loaded)
+    if strip_prefix is not None and state and all(k.startswith(strip_prefix) for k in state):
+        state = {k[len(strip_prefix) :]: v for k, v in state.items()}
+
+    expected = module.state_dict()
+    name = type(module).__name__
+    resized = [
+        f"{k}: checkpoint {tuple(v.shape)}, model {tuple(expected[k].shape)}"
+        for k, v in state.items()
+        if k in expected and v.shape != expected[k].shape
+    ]
+    if resized:
+        raise CheckpointError(
+            f"{source.name} does not fit {name}: shapes differ for {'; '.join(resized)}. "
+            "Drop those keys from the state dict to load the rest with strict=False."
+        )
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    if strict and (missing or unexpected):
+        parts = []
+        if missing:
+            parts.append(f"missing from the checkpoint: {_shown(missing)}")
+        if unexpected:
+            parts.append(f"not in the model: {_shown(unexpected)}")
+        raise CheckpointError(
+            f"{source.name} does not fit {name}: {'; '.join(parts)}. "
+            "Pass strict=False to load only the keys that match."
+        )
+    return module.load_state_dict(state, strict=strict)

@@ -1,0 +1,359 @@
+"""The init explorer: what an initialization scheme does to the signal in a deep stack of layers.
+
+Three layers, each usable without the next:
+
+* :func:`explore` (pure, CPU, seeded) builds a stack of ``depth`` linear layers, the first
+  ``fan_in → width`` and the others ``width → width``, initialises every weight with one scheme
+  (biases are zero, so the weights alone decide), pushes a batch of standard-normal inputs through it
+  and returns an :class:`ExplorerResult`: the first layer's weights, the std the scheme's formula
+  predicts for them, and the mean and std of every layer's output (before its activation), with the
+  theoretical std where there is a closed form (ReLU and linear).
+* :func:`draw` turns one or several results into a matplotlib ``Figure``: the weight histogram and the
+  per-layer std on a log scale.
+* :func:`build_ui` wires ipywidgets controls to :func:`explore` and :func:`draw` and returns an
+  :class:`InitExplorer`; changing any control recomputes (in JupyterLab or programmatically).
+
+matplotlib and ipywidgets are imported inside the functions that need them, so importing this module
+costs nothing beyond torch.
+
+>>> r = explore("kaiming_normal", fan_in=256, width=256, depth=10)
+>>> 0.5 < float(r.act_stds[-1] / r.act_stds[0]) < 2   # stays about constant
+True
+>>> float(explore("normal_0.01").act_stds[-1]) < 1e-8  # collapses
+True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "ACTIVATIONS",
+    "SCHEMES",
+    "WIDTHS",
+    "ExplorerResult",
+    "InitExplorer",
+    "build_ui",
+    "draw",
+    "explore",
+    "init_weight_",
+    "weight_std",
+]
+
+#: Scheme name → label shown in the widget. Every scheme fills a weight of shape ``(fan_out, fan_in)``.
+SCHEMES: dict[str, str] = {
+    "normal_0.01": "normal, std 0.01 (too small)",
+    "normal_1": "normal, std 1 (too large)",
+    "default": "PyTorch's nn.Linear default",
+    "xavier_uniform": "Xavier uniform",
+    "xavier_normal": "Xavier normal",
+    "kaiming_uniform": "Kaiming uniform",
+    "kaiming_normal": "Kaiming normal",
+}
+
+#: Activation applied after every layer. ``"linear"`` means none.
+ACTIVATIONS: tuple[str, ...] = ("relu", "tanh", "linear")
+
+#: Layer widths the widget offers.
+WIDTHS: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024)
+
+#: E[phi(y)^2] / Var(y) for a zero-mean symmetric y: how much of the variance the activation keeps.
+_KEPT_VARIANCE = {"relu": 0.5, "linear": 1.0}
+
+
+def _check_choice(value: object, name: str, allowed: Sequence[str]) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__} {value!r}")
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {tuple(allowed)}, got {value!r}")
+    return value
+
+
+def _check_size(value: object, name: str, low: int = 1, high: int | None = None) -> int:
+    # bool is an int subclass: True is not a width.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < low or (high is not None and value > high):
+        bound = f">= {low}" if high is None else f"between {low} and {high}"
+        raise ValueError(f"{name} must be {bound}, got {value}")
+    return value
+
+
+def weight_std(scheme: str, fan_in: int, fan_out: int, activation: str = "relu") -> float:
+    """The std that ``scheme``'s formula gives a weight of shape ``(fan_out, fan_in)``.
+
+    ``default`` is ``kaiming_uniform_(a=sqrt(5))``, i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in)), std
+    ``1/sqrt(3 fan_in)``. Xavier uses gain 1 (``nn.init``'s default), std ``sqrt(2/(fan_in+fan_out))``.
+    Kaiming uses the gain of ``activation`` in fan-in mode, std ``gain/sqrt(fan_in)``. A uniform and a
+    normal scheme of the same family have the same std.
+    """
+    _check_choice(scheme, "scheme", tuple(SCHEMES))
+    _check_choice(activation, "activation", ACTIVATIONS)
+    fan_in = _check_size(fan_in, "fan_in")
+    fan_out = _check_size(fan_out, "fan_out")
+    if scheme == "normal_0.01":
+        return 0.01
+    if scheme == "normal_1":
+        return 1.0
+    if scheme == "default":
+        return 1.0 / math.sqrt(3 * fan_in)
+    if scheme.startswith("xavier"):
+        return math.sqrt(2.0 / (fan_in + fan_out))
+    return nn.init.calculate_gain(activation) / math.sqrt(fan_in)
+
+
+def init_weight_(
+    weight: torch.Tensor, scheme: str, activation: str = "relu", generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Fill the 2-D ``weight`` in place with ``scheme`` (one of :data:`SCHEMES`) and return it."""
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+        raise TypeError(f"weight must be a 2-D tensor, got {type(weight).__name__}")
+    _check_choice(scheme, "scheme", tuple(SCHEMES))
+    _check_choice(activation, "activation", ACTIVATIONS)
+    g = generator
+    if scheme == "normal_0.01":
+        return nn.init.normal_(weight, 0.0, 0.01, generator=g)
+    if scheme == "normal_1":
+        return nn.init.normal_(weight, 0.0, 1.0, generator=g)
+    if scheme == "default":
+        return nn.init.kaiming_uniform_(weight, a=math.sqrt(5), generator=g)
+    if scheme == "xavier_uniform":
+        return nn.init.xavier_uniform_(weight, generator=g)
+    if scheme == "xavier_normal":
+        return nn.init.xavier_normal_(weight, generator=g)
+    if scheme == "kaiming_uniform":
+        return nn.init.kaiming_uniform_(weight, nonlinearity=activation, generator=g)
+    return nn.init.kaiming_normal_(weight, nonlinearity=activation, generator=g)
+
+
+@dataclass(frozen=True)
+class ExplorerResult:
+    """What :func:`explore` measured. Tensors are CPU float32; ``act_*`` have one entry per layer."""
+
+    scheme: str
+    activation: str
+    fan_in: int
+    width: int
+    depth: int
+    weights: torch.Tensor = field(repr=False)
+    """The first layer's weights, flattened (``fan_in * width`` values)."""
+    weight_std_theory: float
+    """The std :func:`weight_std` predicts for those weights."""
+    act_means: torch.Tensor = field(repr=False)
+    """Mean of each layer's output (before the activation) over the batch and the units."""
+    act_stds: torch.Tensor = field(repr=False)
+    """Std of each layer's output (before the activation)."""
+    act_stds_theory: torch.Tensor | None = field(repr=False)
+    """The std the variance recursion predicts (ReLU and linear only; ``None`` for tanh)."""
+
+    @property
+    def label(self) -> str:
+        return SCHEMES[self.scheme]
+
+
+def explore(
+    scheme: str = "kaiming_normal",
+    *,
+    fan_in: int = 256,
+    width: int = 256,
+    depth: int = 10,
+    activation: str = "relu",
+    batch: int = 256,
+    seed: int = 0,
+) -> ExplorerResult:
+    """Initialise a ``depth``-layer stack with ``scheme`` and measure the signal layer by layer.
+
+    The input is ``batch`` rows of standard-normal noise (variance 1). The theory line follows
+    ``Var(y_1) = fan_in * s_1**2`` and ``Var(y_l) = width * s_l**2 * k * Var(y_{l-1})``, with ``s_l`` the
+    weight std of layer ``l`` and ``k`` the share of variance the activation keeps (1/2 for ReLU, 1 for
+    linear). Everything runs on the CPU from ``torch.Generator().manual_seed(seed)``, so a result is
+    the same on every machine.
+    """
+    _check_choice(scheme, "scheme", tuple(SCHEMES))
+    _check_choice(activation, "activation", ACTIVATIONS)
+    fan_in = _check_size(fan_in, "fan_in", 1, 4096)
+    width = _check_size(width, "width", 1, 4096)
+    depth = _check_size(depth, "depth", 1, 100)
+    batch = _check_size(batch, "batch", 2, 65536)
+    seed = _check_size(seed, "seed", 0)
+
+    gen = torch.Generator().manual_seed(seed)
+    act = {"relu": torch.relu, "tanh": torch.tanh, "linear": lambda t: t}[activation]
+    means, stds, theory = [], [], []
+    first_weights = torch.empty(0)
+    var = 1.0  # variance of the input
+    with torch.no_grad():
+        h = torch.randn(batch, fan_in, generator=gen)
+        n_in = fan_in
+        for layer in range(depth):
+            weight = init_weight_(torch.empty(width, n_in), scheme, activation, generator=gen)
+            if layer == 0:
+                first_weights = weight.flatten().clone()
+            y = h @ weight.T
+            means.append(y.mean().item())
+            stds.append(y.std().item())
+            s = weight_std(scheme, n_in, width, activation)
+            var = n_in * s**2 * (1.0 if layer == 0 else _KEPT_VARIANCE.get(activation, math.nan)) * var
+            theory.append(math.sqrt(var))
+            h = act(y)
+            n_in = width
+    return ExplorerResult(
+        scheme=scheme,
+        activation=activation,
+        fan_in=fan_in,
+        width=width,
+        depth=depth,
+        weights=first_weights,
+        weight_std_theory=weight_std(scheme, fan_in, width, activation),
+        act_means=torch.tensor(means),
+        act_stds=torch.tensor(stds),
+        act_stds_theory=None if activation not in _KEPT_VARIANCE else torch.tensor(theory, dtype=torch.float64),
+    )
+
+
+def draw(results: ExplorerResult | Sequence[ExplorerResult], fig: Figure | None = None) -> Figure:
+    """Draw one or several results: weight histograms (left), std of each layer's output (right).
+
+    Dashed lines are the theory (the weight std on the left, the variance recursion on the right).
+    With ``fig=None`` a new pyplot figure is created; otherwise ``fig`` is cleared and reused.
+    """
+    import matplotlib.pyplot as plt
+
+    if isinstance(results, ExplorerResult):
+        results = [results]
+    if not isinstance(results, Sequence) or not results or not all(isinstance(r, ExplorerResult) for r in results):
+        raise TypeError("results must be an ExplorerResult or a non-empty sequence of them")
+    if fig is None:
+        fig = plt.figure(figsize=(10, 3.6))
+    else:
+        fig.clear()
+    ax_w, ax_a = fig.subplots(1, 2)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, r in enumerate(results):
+        c = colors[i % len(colors)]
+        w = r.weights.numpy()
+        ax_w.hist(w, bins=80, density=True, histtype="step", color=c, label=f"{r.label}")
+        for sign in (-1, 1):
+            ax_w.axvline(sign * r.weight_std_theory, color=c, ls="--", lw=0.8)
+        layers = range(1, r.depth + 1)
+        ax_a.semilogy(layers, r.act_stds.numpy(), "o-", color=c, ms=3, label=r.label)
+        if r.act_stds_theory is not None:
+            ax_a.semilogy(layers, r.act_stds_theory.numpy(), "--", color=c, lw=0.8)
+    first = results[0]
+    ax_w.set_title(f"first layer's weights ({first.width}×{first.fan_in}); dashed: ±theory std", fontsize=9)
+    ax_w.set_xlabel("weight value")
+    ax_w.set_ylabel("density")
+    ax_w.legend(fontsize=8)
+    ax_a.set_title(f"std of each layer's output, {first.activation} (dashed: theory)", fontsize=9)
+    ax_a.set_xlabel("layer")
+    ax_a.set_ylabel("std (log scale)")
+    ax_a.grid(True, which="major", alpha=0.3)
+    # Fixed margins: tight_layout would measure every tick label and double the drawing time.
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.14, top=0.91, wspace=0.22)
+    return fig
+
+
+def _png(fig: Figure) -> bytes:
+    """``fig`` rendered as PNG bytes, what an ``ipywidgets.Image`` shows."""
+    import io
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=90)
+    return buffer.getvalue()
+
+
+class InitExplorer:
+    """The live explorer: :attr:`controls`, an :attr:`image`, and the last :attr:`result`.
+
+    Built by :func:`build_ui`. Every change of a control's ``value`` (from the browser or from code)
+    calls :meth:`update`, which recomputes :attr:`result`, draws :attr:`figure` and shows it, as a PNG,
+    in the :attr:`image` widget. Display the object (or :attr:`widget`) as a cell's last expression.
+    """
+
+    def __init__(self, controls: dict[str, Any], image: Any, widget: Any) -> None:
+        self.controls = controls
+        self.image = image
+        self.widget = widget
+        self.result: ExplorerResult | None = None
+        self.figure: Figure | None = None
+        self.n_updates = 0
+
+    def params(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`explore` that the controls currently select."""
+        return {name: control.value for name, control in self.controls.items()}
+
+    def update(self, change: object = None) -> ExplorerResult:
+        """Recompute with the current controls and redraw; ``change`` is the traitlets event (unused)."""
+        import matplotlib.pyplot as plt
+
+        params = self.params()
+        scheme = params.pop("scheme")
+        self.result = explore(scheme, **params)
+        self.n_updates += 1
+        fig = draw(self.result)
+        try:
+            # An Image widget's value is synced state, not printed output: it updates from any
+            # callback, in tests, and when a notebook runs without a browser.
+            self.image.value = _png(fig)
+        finally:
+            plt.close(fig)  # the Image widget shows it; pyplot must not show the figure again later
+        self.figure = fig
+        return self.result
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        return self.widget._repr_mimebundle_(**kwargs)
+
+
+def build_ui(
+    scheme: str = "normal_0.01",
+    *,
+    fan_in: int = 256,
+    width: int = 256,
+    depth: int = 10,
+    activation: str = "relu",
+) -> InitExplorer:
+    """Build the explorer's widgets, wire every control to :meth:`InitExplorer.update`, draw once.
+
+    Works without a browser too: ``ui.controls["scheme"].value = "kaiming_normal"`` recomputes
+    ``ui.result``.
+    """
+    import ipywidgets as widgets
+
+    _check_choice(scheme, "scheme", tuple(SCHEMES))
+    _check_choice(activation, "activation", ACTIVATIONS)
+    for name, value in (("fan_in", fan_in), ("width", width)):
+        if _check_size(value, name) not in WIDTHS:
+            raise ValueError(f"{name} must be one of {WIDTHS}, got {value}")
+    depth = _check_size(depth, "depth", 1, 30)
+
+    style = {"description_width": "90px"}
+    controls: dict[str, Any] = {
+        "scheme": widgets.Dropdown(
+            options=[(label, name) for name, label in SCHEMES.items()], value=scheme, description="init", style=style
+        ),
+        "activation": widgets.ToggleButtons(options=list(ACTIVATIONS), value=activation, description="activation",
+                                            style=style),
+        "fan_in": widgets.SelectionSlider(options=list(WIDTHS), value=fan_in, description="fan_in (input)",
+                                          continuous_update=False, style=style),
+        "width": widgets.SelectionSlider(options=list(WIDTHS), value=width, description="width",
+                                         continuous_update=False, style=style),
+        "depth": widgets.IntSlider(value=depth, min=1, max=30, description="depth", continuous_update=False,
+                                   style=style),
+    }
+    image = widgets.Image(format="png")
+    box = widgets.VBox([widgets.HBox([controls["scheme"], controls["activation"]]),
+                        widgets.HBox([controls["fan_in"], controls["width"], controls["depth"]]), image])
+    ui = InitExplorer(controls, image, box)
+    for control in controls.values():
+        control.observe(ui.update, names="value")
+    ui.update()
+    return ui
