@@ -22,6 +22,7 @@ from tools import course
 
 CHAPTER = course.BY_NUMBER["02"]  # the init explorer: a slider and dropdowns redrawing a figure
 # The explorer's figure: an ipywidgets Image (or an image inside an Output widget).
+IMAGE = "img.widget-image, .widget-output img"
 FIGURE = ".jp-CodeCell img.widget-image, .jp-CodeCell .widget-output img"
 CHROMIUM_FLAGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
@@ -107,7 +108,7 @@ def test_widget_redraws_in_jupyterlab(lab, tmp_path):
             # The live explorer: a code cell whose output holds widget controls and a drawn figure.
             figure = page.locator(FIGURE).first
             figure.wait_for(timeout=90_000)
-            cell = page.locator(".jp-CodeCell", has=page.locator(FIGURE)).first
+            cell = page.locator(".jp-CodeCell", has=page.locator(IMAGE)).first
             before = figure.get_attribute("src")
             page.screenshot(path=str(tmp_path / "before.png"))
 

@@ -209,9 +209,3 @@ def test_command_runs_and_exits_0_without_nvidia_smi():
     assert f"torch                 {torch.__version__}" in result.stdout
     assert "Advice\n- " in result.stdout
     assert result.stderr == ""
-
-
-def test_import_utils_does_not_load_the_doctor():
-    probe = "import sys, utils; print('utils.doctor' in sys.modules)"
-    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert result.stdout.strip() == "False"

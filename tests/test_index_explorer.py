@@ -329,14 +329,6 @@ def test_explorer_refuses_bad_arguments():
         build_explorer((2, 2), seed="0")
 
 
-def test_importing_the_module_loads_no_plotting_or_widgets():
-    import subprocess
-    import sys
-
-    code = "import utils.index_explorer, sys; print('matplotlib' in sys.modules, 'ipywidgets' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["False", "False"]
-
 
 def test_mapping_is_complete_for_3d():
     shape, dim = (2, 3, 4), 1

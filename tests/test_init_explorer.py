@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 
 import matplotlib
 import pytest
@@ -170,9 +168,3 @@ def test_widget_controls_are_wired_to_the_callback():
 def test_build_ui_rejects_bad_input(kwargs, error, name):
     with pytest.raises(error, match=name):
         ie.build_ui(**kwargs)
-
-
-def test_importing_the_module_loads_neither_matplotlib_nor_ipywidgets():
-    code = "import sys, utils.init_explorer; print(sorted({'matplotlib', 'ipywidgets'} & set(sys.modules)))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"

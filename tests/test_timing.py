@@ -7,8 +7,6 @@ wait for a device measures too little, exactly as on real hardware.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -443,14 +441,3 @@ def noop():
 def test_bad_input_names_the_argument(call, error, name):
     with pytest.raises(error, match=name):
         call()
-
-
-# --- importing stays cheap ------------------------------------------------------------------------
-
-def test_import_does_not_load_torch_utils_benchmark_or_cuda():
-    probe = (
-        "import sys, torch, utils.timing\n"
-        "print('torch.utils.benchmark' in sys.modules, torch.cuda.is_initialized())"
-    )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["False", "False"]

@@ -1,0 +1,38 @@
+"""Importing the helpers is cheap, never initialises CUDA, and loads heavy libraries only on use."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+PROBE = r"""
+import json, sys, time
+import torch
+t0 = time.perf_counter()
+import utils
+import_ms = (time.perf_counter() - t0) * 1000
+utils.try_gpu(); utils.try_all_gpus(); utils.num_gpus()
+after_utils = sorted(m for m in sys.modules if m.startswith("utils."))
+import utils.checkpoint, utils.doctor, utils.index_explorer, utils.init_explorer, utils.timing
+heavy = sorted({"matplotlib", "ipywidgets", "torch.utils.benchmark"} & set(sys.modules))
+print(json.dumps({"import_ms": import_ms, "after_utils": after_utils, "heavy": heavy,
+                  "cuda_initialised": torch.cuda.is_initialized()}))
+"""
+
+
+def probe() -> dict:
+    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def test_import_is_cheap_lazy_and_leaves_cuda_alone():
+    runs = [probe() for _ in range(2)]
+    first = runs[0]
+    # `import utils` loads the device helpers and the exercise mechanism, nothing else.
+    assert first["after_utils"] == ["utils.checks", "utils.devices"]
+    # The sub-modules import matplotlib, ipywidgets and torch.utils.benchmark only when used.
+    assert first["heavy"] == []
+    assert first["cuda_initialised"] is False
+    fastest = min(r["import_ms"] for r in runs)
+    assert fastest < 20, f"import utils took {fastest:.1f} ms on top of import torch (budget: 20 ms)"
