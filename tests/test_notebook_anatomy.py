@@ -75,3 +75,11 @@ def test_hardware_cells_are_tagged_and_guarded(ch):
 def test_no_sys_path_patching(ch):
     for c in code_cells(load(ch)):
         assert "sys.path" not in c.source, "import utils as an installed package; never patch sys.path"
+
+
+@pytest.mark.parametrize("ch", PRESENT, ids=lambda c: c.number)
+def test_each_heading_starts_its_own_cell(ch):
+    # Slides are cut at cells: a `##` section or `###` sub-section buried inside a cell gets no slide.
+    for c in load(ch).cells:
+        if c.cell_type == "markdown":
+            assert not re.search(r"\n#{2,3} ", c.source), f"split this cell at its heading: {c.source[:60]!r}"
