@@ -1,126 +1,55 @@
-"""scripts/ddp_train.py: DDP with 2 processes takes the same steps as 1 process with the combined batch.
+"""utils.ddp_train: the pieces of chapter 09's DDP training program, and whole runs in this process.
 
-The launches go through ``python -m torch.distributed.run --standalone`` (same interpreter, a free port
-for every run, so parallel test sessions never collide) with the gloo backend, which every machine has.
+The launched runs (2 processes x batch 8 and 1 process x batch 16 through ``torchrun``) are asserted
+in notebooks/09_data_parallel_training.ipynb, sections 4-6, which runs in this test suite under strict
+nbval: equal parameters and losses, rank-0-only logs and no progress bar when captured, identical
+replicas, disjoint shards, one checkpoint written by rank 0 that a plain model loads, the ``module.``
+prefix of the wrapper's keys. Launching them here as well would only repeat that work.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "ddp_train.py"
+from utils import ddp_train
+
 EPOCHS = 3
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("ddp_train", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-ddp_train = load_script()
-
-
-def torchrun(nproc: int, workdir: Path, *args: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           str(SCRIPT), "--backend", "gloo", "--epochs", str(EPOCHS), *args]
-    return subprocess.Popen(cmd, cwd=workdir, env={**os.environ, "OMP_NUM_THREADS": "1"},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """Two independent launches, run side by side: 2 processes x batch 8 (with a checkpoint), and
-    1 process x batch 16, through torchrun too."""
-    work = {"two": tmp_path_factory.mktemp("two"), "one": tmp_path_factory.mktemp("one")}
-    started = {
-        "two": torchrun(2, work["two"], "--batch-size", "8", "--out", "result.json", "--checkpoint", "ckpt/last.pt"),
-        "one": torchrun(1, work["one"], "--batch-size", "16", "--out", "result.json"),
-    }
-    done = {}
-    for name, process in started.items():
-        out, err = process.communicate(timeout=300)
-        assert process.returncode == 0, out + err
-        result = json.loads((work[name] / "result.json").read_text())
-        done[name] = {"stdout": out, "stderr": err, "dir": work[name], "result": result}
-    return done
-
-
-@pytest.fixture(scope="module")
-def two(runs):
-    return runs["two"]
-
-
-@pytest.fixture(scope="module")
-def one(runs):
-    return runs["one"]
 
 
 def params(result: dict) -> dict[str, torch.Tensor]:
     return {name: torch.tensor(value) for name, value in result["params"].items()}
 
 
-def test_two_processes_match_one_process_with_the_combined_batch(two, one):
-    a, b = two["result"], one["result"]
-    assert (a["world_size"], a["global_batch_size"], a["steps_per_epoch"]) == (2, 16, 4)
-    assert (b["world_size"], b["global_batch_size"], b["steps_per_epoch"]) == (1, 16, 4)
-    pa, pb = params(a), params(b)
-    assert pa.keys() == pb.keys() == {"0.weight", "0.bias", "2.weight", "2.bias"}
-    for name in pa:
-        assert torch.allclose(pa[name], pb[name], rtol=0, atol=1e-6), name
-    assert a["losses"] == pytest.approx(b["losses"], abs=1e-6)
-    # ...and the training did something: the parameters moved away from the seeded start.
-    start = ddp_train.make_model(0).state_dict()
-    assert not torch.allclose(pa["0.weight"], start["0.weight"], atol=1e-3)
-    assert a["losses"][-1] < a["losses"][0] / 2
+def without_a_launcher(monkeypatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
 
 
-def test_each_rank_gets_every_other_index_of_the_one_process_order(two, one):
-    shards = two["result"]["first_epoch_indices"]
-    (order,) = one["result"]["first_epoch_indices"]
-    assert sorted(order) == list(range(64))
-    assert shards == [order[0::2], order[1::2]]  # so each step's two batches form the 1-process batch
+def epoch_order(samples: int, seed: int, epoch: int) -> list[int]:
+    """The one-process order of an epoch: a permutation drawn from ``seed + epoch``."""
+    return torch.randperm(samples, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
 
 
-def test_replicas_end_identical(two):
-    assert two["result"]["in_sync"] is True
-
-
-def test_only_rank_zero_writes_the_checkpoint(two):
-    assert two["result"]["checkpoint_writers"] == [0]
-    ckpt_dir = two["dir"] / "ckpt"
-    assert sorted(p.name for p in ckpt_dir.iterdir()) == ["last.pt"]  # no per-rank copies, no temp files
-    state = torch.load(ckpt_dir / "last.pt", weights_only=True)
-    assert (state["epoch"], state["world_size"]) == (EPOCHS, 2)
-    assert not any(k.startswith("module.") for k in state["model"])
-    model = ddp_train.make_model(1)
-    model.load_state_dict(state["model"])  # a plain model loads it: no DDP wrapper needed
-    for name, p in model.named_parameters():
-        assert torch.equal(p.detach(), params(two["result"])[name]), name
-
-
-def test_the_ddp_wrapper_itself_prefixes_its_keys(two):
-    assert two["result"]["ddp_state_dict_keys"] == [f"module.{k}" for k in two["result"]["params"]]
-
-
-def test_only_rank_zero_logs_and_no_bar_without_a_terminal(two):
-    lines = two["stdout"].splitlines()
-    assert len(lines) == 1 + EPOCHS + 1, lines
-    assert all(line.startswith("[rank 0/2] ") for line in lines), lines
-    assert "gloo on cpu: 2 process(es) x batch 8 = global batch 16, 4 steps per epoch" in lines[0]
-    assert "[rank 1/2]" not in two["stdout"] + two["stderr"]
-    assert "training" not in two["stderr"]  # stderr is a pipe here, not a terminal
+def plain_training(epochs: int, batch_size: int, lr: float = 0.1, seed: int = 0, samples: int = 64) -> nn.Module:
+    """The same training without DDP, a sampler or a process group."""
+    x, y = ddp_train.make_data(samples, seed)
+    model = ddp_train.make_model(seed)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    for epoch in range(epochs):
+        for batch in torch.tensor(epoch_order(samples, seed, epoch)).split(batch_size):
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x[batch]), y[batch]).backward()
+            optimizer.step()
+    return model
 
 
 def gloo_threads() -> list[str]:
@@ -131,32 +60,56 @@ def gloo_threads() -> list[str]:
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads through Linux's /proc")
 def test_shutdown_stops_gloo_threads(tmp_path, monkeypatch):
     """Threads that outlive destroy_process_group() can abort the process when Python exits."""
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
-        monkeypatch.delenv(var, raising=False)
+    without_a_launcher(monkeypatch)
     before = gloo_threads()
     ddp_train.main(["--backend", "gloo", "--epochs", "1", "--no-progress", "--out", str(tmp_path / "r.json")])
     assert gloo_threads() == before == []
 
 
-def test_same_run_in_process_without_a_launcher_shows_the_bar_on_a_terminal(one, tmp_path, monkeypatch):
+def test_one_intra_op_thread_unless_omp_num_threads_says_otherwise(tmp_path, monkeypatch):
+    without_a_launcher(monkeypatch)
+    argv = ["--backend", "gloo", "--epochs", "1", "--no-progress", "--out", str(tmp_path / "r.json")]
+    threads = torch.get_num_threads()
+    try:
+        monkeypatch.delenv("OMP_NUM_THREADS")
+        torch.set_num_threads(2)
+        ddp_train.main(argv)
+        assert torch.get_num_threads() == 1
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")
+        torch.set_num_threads(2)
+        ddp_train.main(argv)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_same_run_in_process_without_a_launcher_matches_plain_training_and_shows_the_bar(tmp_path, monkeypatch):
     class Terminal(io.StringIO):
         def isatty(self):
             return True
 
     terminal = Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
-        monkeypatch.delenv(var, raising=False)
+    without_a_launcher(monkeypatch)
     argv = ["--backend", "gloo", "--epochs", str(EPOCHS), "--batch-size", "16",
             "--out", str(tmp_path / "r.json"), "--checkpoint", str(tmp_path / "c.pt")]
     assert ddp_train.main(argv) == 0
     assert not torch.distributed.is_initialized()  # the process group was torn down
     result = json.loads((tmp_path / "r.json").read_text())
-    assert result["world_size"] == 1 and result["checkpoint_writers"] == [0]
-    for name, p in params(result).items():
-        assert torch.allclose(p, params(one["result"])[name], rtol=0, atol=1e-6), name
+    assert (result["world_size"], result["global_batch_size"], result["steps_per_epoch"]) == (1, 16, 4)
+    assert result["in_sync"] is True and result["checkpoint_writers"] == [0]
+    assert result["first_epoch_indices"] == [epoch_order(64, 0, 0)]
+    # DDP with one process takes the steps of a plain loop over the same batches...
+    reference = plain_training(EPOCHS, 16)
+    got = params(result)
+    for name, p in reference.named_parameters():
+        assert torch.allclose(got[name], p.detach(), rtol=0, atol=1e-6), name
+    # ...and that training did something: the parameters left the seeded start and the loss fell.
+    assert not torch.allclose(got["0.weight"], ddp_train.make_model(0).state_dict()["0.weight"], atol=1e-3)
+    assert result["losses"][-1] < result["losses"][0] / 2
+    state = torch.load(tmp_path / "c.pt", weights_only=True)
+    assert (state["epoch"], state["world_size"]) == (EPOCHS, 1)
+    assert all(torch.equal(state["model"][name], got[name]) for name in got)
     assert f"{EPOCHS * 4}/{EPOCHS * 4}" in terminal.getvalue()  # tqdm drew the bar to the end
 
 
@@ -207,10 +160,11 @@ def test_arguments_are_validated(bad):
         ddp_train.parse_args([*bad, "--out", "r.json"] if bad else [])
 
 
-def test_help_does_not_import_torch():
-    code = (f"import runpy, sys\nsys.argv = ['ddp_train.py', '--help']\n"
-            f"try:\n    runpy.run_path({str(SCRIPT)!r}, run_name='__main__')\nexcept SystemExit:\n    pass\n"
-            "assert 'torch' not in sys.modules")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+def test_help_runs_as_a_module_from_any_folder(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "utils.ddp_train", "--help"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert "--batch-size" in done.stdout and "PER PROCESS" in done.stdout
+    assert done.stdout.startswith("usage: python -m utils.ddp_train")
+    assert "--batch-size" in done.stdout and "PER PROCESS" in done.stdout and "--checkpoint" in done.stdout
+    # runpy warns when `import utils` has already imported the module it is asked to run.
+    assert "found in sys.modules" not in done.stderr

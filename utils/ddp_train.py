@@ -1,13 +1,15 @@
-"""Train a small regression model with DistributedDataParallel.
+"""Train a small regression model with DistributedDataParallel (chapter 09's training program).
 
-Launch one process per device with torchrun (here through ``python -m torch.distributed.run``, which
-uses the same interpreter)::
+The module is installed with the course's helpers, so it runs from any folder. Launch one process per
+device with torchrun, whose ``-m`` runs a module as ``python -m`` does (``python -m torch.distributed.run``
+is torchrun with the same interpreter)::
 
-    python -m torch.distributed.run --standalone --nproc_per_node=2 scripts/ddp_train.py \\
+    python -m torch.distributed.run --standalone --nproc_per_node=2 -m utils.ddp_train \\
         --epochs 3 --batch-size 8 --out result.json --checkpoint ckpt.pt
 
 ``--standalone`` starts a local rendezvous on a free port, so several runs on one machine never
-collide. Without a launcher the script runs as a single process (``python scripts/ddp_train.py ...``).
+collide. Without a launcher the module runs as a single process (``python -m utils.ddp_train ...``).
+Nothing imports it for you: ``import utils`` leaves it alone until you ask for ``utils.ddp_train``.
 
 * Backend: ``nccl`` when every process on this node has a CUDA GPU of its own (process ``LOCAL_RANK``
   uses ``cuda:LOCAL_RANK``), ``gloo`` on the CPU otherwise; ``--backend`` overrides the choice.
@@ -32,11 +34,13 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
-if TYPE_CHECKING:  # torch is imported inside the functions: `--help` stays instant.
-    import torch
-    from torch import nn
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 N_FEATURES = 4
 N_HIDDEN = 8
@@ -58,7 +62,9 @@ def positive_float(text: str) -> float:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Train a small model with DistributedDataParallel.")
+    parser = argparse.ArgumentParser(
+        prog="python -m utils.ddp_train", description="Train a small model with DistributedDataParallel."
+    )
     parser.add_argument("--epochs", type=positive_int, default=3, help="passes over the data (default 3)")
     parser.add_argument("--batch-size", type=positive_int, default=8, help="batch size PER PROCESS (default 8)")
     parser.add_argument("--lr", type=positive_float, default=0.1, help="SGD learning rate (default 0.1)")
@@ -109,7 +115,6 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
 
 def make_data(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """A noisy non-linear regression problem, drawn on the CPU from ``seed`` (the same in every process)."""
-    import torch
 
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(n, N_FEATURES, generator=gen)
@@ -119,8 +124,6 @@ def make_data(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def make_model(seed: int) -> nn.Module:
-    import torch
-    from torch import nn
 
     torch.manual_seed(seed)  # same initial weights everywhere (DDP would broadcast rank 0's anyway)
     return nn.Sequential(nn.Linear(N_FEATURES, N_HIDDEN), nn.Tanh(), nn.Linear(N_HIDDEN, 1))
@@ -128,8 +131,6 @@ def make_model(seed: int) -> nn.Module:
 
 def init_distributed(requested: str) -> tuple[int, int, torch.device, str]:
     """Join the process group torchrun describes (or a one-process group); return rank, size, device, backend."""
-    import torch
-    import torch.distributed as dist
 
     launched = "RANK" in os.environ
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -150,11 +151,6 @@ def init_distributed(requested: str) -> tuple[int, int, torch.device, str]:
 
 def train(args: argparse.Namespace, rank: int, world_size: int, device: torch.device, backend: str) -> dict | None:
     """Train in an initialised process group; rank 0 returns the result it wrote to ``args.out``, others None."""
-    import torch
-    import torch.distributed as dist
-    from torch import nn
-    from torch.nn.parallel import DistributedDataParallel as DDP
-    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
     logging.basicConfig(stream=sys.stdout, format=f"[rank {rank}/{world_size}] %(message)s")
     LOG.setLevel(logging.INFO if rank == 0 else logging.WARNING)  # the other ranks only report problems
@@ -246,7 +242,6 @@ def train(args: argparse.Namespace, rank: int, world_size: int, device: torch.de
 
 
 def main(argv: list[str] | None = None) -> int:
-    os.environ.setdefault("OMP_NUM_THREADS", "1")  # one intra-op thread per process (torch reads it on import)
     args = parse_args(argv)
     # A clean shutdown needs destroy_process_group() to really free the group, so that gloo's threads stop
     # while Python is still running (otherwise a process can abort at exit). Two things keep it alive:
@@ -254,7 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     # so it is imported first; and the DDP wrapper holds the group in reference cycles, so those are
     # collected before the group is destroyed.
     import torch._dynamo  # noqa: F401
-    import torch.distributed as dist
+
+    if "OMP_NUM_THREADS" not in os.environ:  # one intra-op thread per process, unless the user chose otherwise
+        torch.set_num_threads(1)  # torch is imported already: too late for the variable to count
 
     rank, world_size, device, backend = init_distributed(args.backend)
     try:
