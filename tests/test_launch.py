@@ -76,7 +76,7 @@ def test_colab_install_command_installs_utils_into_a_fresh_environment(tmp_path)
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
     env_dir = tmp_path / "env"
-    venv.create(env_dir, with_pip=True)
+    venv.create(env_dir, with_pip=False)  # pip itself comes from here (`pip --python`): faster than ensurepip
     py = env_dir / "bin" / "python"
 
     # The very command of the setup cell, with the repository URL swapped for the clone.
@@ -84,8 +84,9 @@ def test_colab_install_command_installs_utils_into_a_fresh_environment(tmp_path)
     spec = re.search(r'"([^"]+)"', command).group(1)
     spec = re.sub(r"^git\+https://github\.com/[^@]+@", f"git+file://{clone}@", spec)
     assert spec.startswith("git+file://"), spec
-    subprocess.run([str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", spec], check=True)
-    installed = subprocess.run([str(py), "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True)
+    pip = [sys.executable, "-m", "pip", "--python", str(py), "--disable-pip-version-check"]
+    subprocess.run([*pip, "install", "--quiet", spec], check=True)
+    installed = subprocess.run([*pip, "list", "--format=freeze"], capture_output=True, text=True, check=True)
     assert "torch-building-blocks==" in installed.stdout
     assert "torch==" not in installed.stdout, "installing the helpers must not (re)install torch"
 
@@ -94,7 +95,8 @@ def test_colab_install_command_installs_utils_into_a_fresh_environment(tmp_path)
     site = Path(subprocess.check_output([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                         text=True).strip())
     (site / "zz_colab_stand_in.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    where = subprocess.check_output([str(py), "-c", "import utils; print(utils.__file__)"], cwd=tmp_path, text=True)
+    where = subprocess.check_output([str(py), "-c", "import utils; print(utils.__file__)"],
+                                    cwd=tmp_path, text=True)
     assert where.startswith(str(site)), where
 
     result = subprocess.run(
