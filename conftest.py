@@ -16,12 +16,16 @@ keeps the other workers from slipping new tests in while it waits.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import tempfile
 from pathlib import Path
 
 import pytest
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; timing cells then share the machine like any other test
+    fcntl = None
 
 HARDWARE_TAGS = {"requires-cuda": 1, "requires-multi-gpu": 2}
 ALONE_TAG = "runs-alone"
@@ -58,7 +62,7 @@ def pytest_collection_modifyitems(config, items):
 
 def _lock_paths(config) -> tuple[Path, Path] | None:
     worker = getattr(config, "workerinput", None)
-    if worker is None:  # not under xdist: tests run one at a time anyway
+    if worker is None or fcntl is None:  # not under xdist, tests run one at a time anyway
         return None
     base = Path(tempfile.gettempdir()) / f"building-blocks-{worker['testrunuid']}"
     return base.with_suffix(".lock"), base.with_suffix(".turnstile")
