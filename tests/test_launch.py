@@ -77,7 +77,7 @@ def test_colab_install_command_installs_utils_into_a_fresh_environment(tmp_path)
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
     env_dir = tmp_path / "env"
     venv.create(env_dir, with_pip=False)  # pip itself comes from here (`pip --python`): faster than ensurepip
-    py = env_dir / "bin" / "python"
+    py = env_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
     # The very command of the setup cell, with the repository URL swapped for the clone.
     command = next(line for line in course.COLAB_SETUP.splitlines() if "%pip install" in line).strip()
