@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from utils.checkpoint import CheckpointError, load_checkpoint, load_weights, save_checkpoint
+from utils.checkpoint import CheckpointError, atomic_write, load_checkpoint, load_weights, save_checkpoint
 
 
 def small_net(n_out: int = 2) -> nn.Sequential:
@@ -274,3 +274,19 @@ def test_data_parallel_prefix_is_stripped(tmp_path):
     assert torch.equal(plain[2].weight, src[2].weight)
     with pytest.raises(CheckpointError, match="not in the model: 'module.0.weight'"):
         load_weights(plain, tmp_path / "dp.pt", strip_prefix=None)
+
+
+def test_atomic_write_keeps_the_old_file_when_the_writer_fails(tmp_path):
+    target = tmp_path / "result.json"
+    assert atomic_write(target, lambda f: f.write(b"old")) == target
+
+    def crash(f):
+        f.write(b"half of the new")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        atomic_write(target, crash)
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["result.json"]  # no temporary file left
+    with pytest.raises(TypeError, match="write"):
+        atomic_write(target, b"not callable")

@@ -140,20 +140,6 @@ def test_progress_bar_rank_zero_on_a_terminal_only(rank, no_progress, tty, want)
     assert ddp_train.show_progress(rank, no_progress, stream) is want
 
 
-def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
-    target = tmp_path / "ckpt.pt"
-    ddp_train.atomic_write(target, lambda f: f.write(b"old"))
-
-    def crash(f):
-        f.write(b"half of the new")
-        raise RuntimeError("disk full")
-
-    with pytest.raises(RuntimeError, match="disk full"):
-        ddp_train.atomic_write(target, crash)
-    assert target.read_bytes() == b"old"
-    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]  # the temporary file is gone
-
-
 @pytest.mark.parametrize("bad", [["--batch-size", "0"], ["--epochs", "-1"], ["--lr", "0"], []])
 def test_arguments_are_validated(bad):
     with pytest.raises(SystemExit):

@@ -33,7 +33,7 @@ import shutil
 import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 from torch import nn
@@ -81,19 +81,22 @@ def _fsync_folder(folder: Path) -> None:
             os.close(fd)
 
 
-def save_checkpoint(obj: object, path: str | os.PathLike[str]) -> Path:
-    """Save ``obj`` with ``torch.save`` to ``path`` atomically; return ``path`` as a :class:`~pathlib.Path`.
+def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None]) -> Path:
+    """Write ``path`` through ``write(file)`` atomically; return ``path`` as a :class:`~pathlib.Path`.
 
-    The data goes to a temporary file in the same folder (a rename is only atomic within one file
-    system), which is flushed and fsynced before :func:`os.replace` puts it in place. If
-    ``torch.save`` raises, the temporary file is deleted, the exception propagates, and a checkpoint
-    already at ``path`` is unchanged. A file that is replaced keeps its permission bits.
+    ``write`` fills a temporary file in the same folder (a rename is only atomic within one file
+    system), which is flushed and fsynced before :func:`os.replace` puts it in place: readers see the
+    old file or the new one, never half of one. If ``write`` raises, the temporary file is deleted,
+    the exception propagates, and a file already at ``path`` is unchanged. A file that is replaced
+    keeps its permission bits.
 
     Raises:
-        TypeError: ``path`` is not a ``str`` or ``os.PathLike``.
+        TypeError: ``path`` is not a ``str`` or ``os.PathLike``, or ``write`` is not callable.
         ValueError: ``path`` is empty, names a folder, or its folder does not exist.
     """
     target = _as_path(path, "path")
+    if not callable(write):
+        raise TypeError(f"write must be callable, got {type(write).__name__}")
     folder = target.parent
     if not folder.is_dir():
         raise ValueError(f"path: the folder {folder} does not exist")
@@ -102,7 +105,7 @@ def save_checkpoint(obj: object, path: str | os.PathLike[str]) -> Path:
     fd, temporary = _open_temporary(folder, target.name)
     try:
         with os.fdopen(fd, "wb") as file:
-            torch.save(obj, file)
+            write(file)
             file.flush()
             os.fsync(file.fileno())
         if target.exists():
@@ -114,6 +117,19 @@ def save_checkpoint(obj: object, path: str | os.PathLike[str]) -> Path:
         raise
     _fsync_folder(folder)
     return target
+
+
+def save_checkpoint(obj: object, path: str | os.PathLike[str]) -> Path:
+    """Save ``obj`` with ``torch.save`` to ``path`` atomically; return ``path`` as a :class:`~pathlib.Path`.
+
+    See :func:`atomic_write`: if ``torch.save`` raises part-way, a checkpoint already at ``path`` is
+    unchanged and no temporary file is left behind.
+
+    Raises:
+        TypeError: ``path`` is not a ``str`` or ``os.PathLike``.
+        ValueError: ``path`` is empty, names a folder, or its folder does not exist.
+    """
+    return atomic_write(path, lambda file: torch.save(obj, file))
 
 
 def load_checkpoint(path: str | os.PathLike[str], *, map_location: MapLocation = None, verify: bool = True) -> Any:

@@ -31,8 +31,6 @@ import json
 import logging
 import os
 import sys
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -41,6 +39,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+from utils.checkpoint import atomic_write, save_checkpoint
 
 N_FEATURES = 4
 N_HIDDEN = 8
@@ -95,22 +95,6 @@ def choose_backend(requested: str, cuda_devices: int, local_world_size: int) -> 
 def show_progress(rank: int, no_progress: bool, stream: IO[str]) -> bool:
     """The bar is drawn by rank 0 only, on a terminal only, and never with ``--no-progress``."""
     return rank == 0 and not no_progress and stream.isatty()
-
-
-def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-    """Write ``path`` through ``write(file)`` so readers see the old file or the new one, never half of one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)  # atomic on POSIX and Windows when both are on one file system
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def make_data(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -201,7 +185,8 @@ def train(args: argparse.Namespace, rank: int, world_size: int, device: torch.de
                 "epoch": epoch + 1,
                 "world_size": world_size,
             }
-            atomic_write(args.checkpoint, lambda f, state=state: torch.save(state, f))
+            args.checkpoint.parent.mkdir(parents=True, exist_ok=True)
+            save_checkpoint(state, args.checkpoint)
             wrote_checkpoint = True
     if bar is not None:
         bar.close()
@@ -237,6 +222,7 @@ def train(args: argparse.Namespace, rank: int, world_size: int, device: torch.de
         "ddp_state_dict_keys": list(ddp.state_dict()),  # the wrapper's keys, for comparison
     }
     text = json.dumps(result, indent=1).encode()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(args.out, lambda f: f.write(text))
     return result
 
