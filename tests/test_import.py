@@ -29,8 +29,8 @@ def probe() -> dict:
 def test_import_is_cheap_lazy_and_leaves_cuda_alone():
     runs = [probe() for _ in range(2)]
     first = runs[0]
-    # `import utils` loads the device helpers and the exercise mechanism, nothing else.
-    assert first["after_utils"] == ["utils.checks", "utils.devices"]
+    # `import utils` loads the device helpers (with their argument checks) and the exercise mechanism.
+    assert first["after_utils"] == ["utils._validate", "utils.checks", "utils.devices"]
     # The sub-modules import matplotlib, ipywidgets and torch.utils.benchmark only when used.
     assert first["heavy"] == []
     assert first["cuda_initialised"] is False

@@ -25,19 +25,12 @@ from __future__ import annotations
 
 import torch
 
+from utils._validate import check_int
+
 __all__ = ["GPU_TYPES", "gpu_type", "num_gpus", "try_gpu", "try_all_gpus", "requires"]
 
 #: Accelerator types that these helpers treat as GPUs.
 GPU_TYPES = ("cuda", "xpu", "mps")
-
-
-def _check_index(value: object, name: str) -> int:
-    # bool is a subclass of int: reject it explicitly, True is not "GPU 1".
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
-    return value
 
 
 def gpu_type() -> str | None:
@@ -63,7 +56,7 @@ def try_gpu(i: int = 0) -> torch.device:
     >>> try_gpu()        # on a laptop without a GPU
     device(type='cpu')
     """
-    i = _check_index(i, "i")
+    i = check_int(i, "i")
     kind = gpu_type()
     if kind is not None and i < num_gpus():
         return torch.device(kind, i)
@@ -93,7 +86,7 @@ def requires(kind: str = "cuda", count: int = 1) -> bool:
     """
     if kind not in GPU_TYPES:
         raise ValueError(f"kind must be one of {GPU_TYPES}, got {kind!r}")
-    count = _check_index(count, "count")
+    count = check_int(count, "count")
     have = num_gpus() if gpu_type() == kind else 0
     if have >= count:
         return True

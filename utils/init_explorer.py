@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from utils._validate import check_int
+
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from matplotlib.figure import Figure
 
@@ -78,16 +80,6 @@ def _check_choice(value: object, name: str, allowed: Sequence[str]) -> str:
     return value
 
 
-def _check_size(value: object, name: str, low: int = 1, high: int | None = None) -> int:
-    # bool is an int subclass: True is not a width.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < low or (high is not None and value > high):
-        bound = f">= {low}" if high is None else f"between {low} and {high}"
-        raise ValueError(f"{name} must be {bound}, got {value}")
-    return value
-
-
 def weight_std(scheme: str, fan_in: int, fan_out: int, activation: str = "relu") -> float:
     """The std that ``scheme``'s formula gives a weight of shape ``(fan_out, fan_in)``.
 
@@ -98,8 +90,8 @@ def weight_std(scheme: str, fan_in: int, fan_out: int, activation: str = "relu")
     """
     _check_choice(scheme, "scheme", tuple(SCHEMES))
     _check_choice(activation, "activation", ACTIVATIONS)
-    fan_in = _check_size(fan_in, "fan_in")
-    fan_out = _check_size(fan_out, "fan_out")
+    fan_in = check_int(fan_in, "fan_in", 1)
+    fan_out = check_int(fan_out, "fan_out", 1)
     if scheme == "normal_0.01":
         return 0.01
     if scheme == "normal_1":
@@ -180,11 +172,11 @@ def explore(
     """
     _check_choice(scheme, "scheme", tuple(SCHEMES))
     _check_choice(activation, "activation", ACTIVATIONS)
-    fan_in = _check_size(fan_in, "fan_in", 1, 4096)
-    width = _check_size(width, "width", 1, 4096)
-    depth = _check_size(depth, "depth", 1, 100)
-    batch = _check_size(batch, "batch", 2, 65536)
-    seed = _check_size(seed, "seed", 0)
+    fan_in = check_int(fan_in, "fan_in", 1, 4096)
+    width = check_int(width, "width", 1, 4096)
+    depth = check_int(depth, "depth", 1, 100)
+    batch = check_int(batch, "batch", 2, 65536)
+    seed = check_int(seed, "seed", 0)
 
     gen = torch.Generator().manual_seed(seed)
     act = {"relu": torch.relu, "tanh": torch.tanh, "linear": lambda t: t}[activation]
@@ -331,9 +323,9 @@ def build_ui(
     _check_choice(scheme, "scheme", tuple(SCHEMES))
     _check_choice(activation, "activation", ACTIVATIONS)
     for name, value in (("fan_in", fan_in), ("width", width)):
-        if _check_size(value, name) not in WIDTHS:
+        if check_int(value, name, 1) not in WIDTHS:
             raise ValueError(f"{name} must be one of {WIDTHS}, got {value}")
-    depth = _check_size(depth, "depth", 1, 30)
+    depth = check_int(depth, "depth", 1, 30)
 
     style = {"description_width": "90px"}
     controls: dict[str, Any] = {

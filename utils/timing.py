@@ -54,6 +54,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 import torch
 
+from utils._validate import check_int
+
 if TYPE_CHECKING:
     from torch.utils.benchmark import Timer
 
@@ -106,21 +108,13 @@ def _as_devices(devices: DeviceLike | Iterable[DeviceLike], name: str = "devices
     return tuple(out)
 
 
-def _check_int(value: object, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
-
-
 def _check_callable(fn: object, name: str) -> None:
     if not callable(fn):
         raise TypeError(f"{name} must be callable, got {type(fn).__name__}")
 
 
 def _check_optional_int(value: object, name: str, minimum: int) -> int | None:
-    return None if value is None else _check_int(value, name, minimum)
+    return None if value is None else check_int(value, name, minimum)
 
 
 def _default_devices() -> tuple[torch.device, ...]:
@@ -210,8 +204,8 @@ class Timing:
             raise ValueError("times must be a non-empty tuple of seconds per call")
         if not all(isinstance(t, float) and math.isfinite(t) and t >= 0 for t in self.times):
             raise ValueError("times must hold finite, non-negative floats")
-        _check_int(self.number, "number", 1)
-        _check_int(self.warmup, "warmup", 0)
+        check_int(self.number, "number", 1)
+        check_int(self.warmup, "warmup", 0)
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
 
@@ -256,8 +250,8 @@ def _calls_per_block(fn: Callable[[], object], clock: Callable[[], float]) -> in
 def _check_common(fn: object, warmup: object, repeats: object, number: object, num_threads: object,
                   label: object, name: str = "fn") -> None:
     _check_callable(fn, name)
-    _check_int(warmup, "warmup", 0)
-    _check_int(repeats, "repeats", 1)
+    check_int(warmup, "warmup", 0)
+    check_int(repeats, "repeats", 1)
     _check_optional_int(number, "number", 1)
     _check_optional_int(num_threads, "num_threads", 1)
     if not isinstance(label, str):
@@ -452,7 +446,7 @@ class CPUWorkers:
     """
 
     def __init__(self, workers: int) -> None:
-        self.workers = _check_int(workers, "workers", 1)
+        self.workers = check_int(workers, "workers", 1)
         self._inboxes: list[queue.SimpleQueue] = [queue.SimpleQueue() for _ in range(workers)]
         self._threads = [
             threading.Thread(target=self._serve, args=(inbox,), name=f"cpu-worker-{k}", daemon=True)
@@ -518,7 +512,7 @@ def run_on_cpu_workers(tasks: Sequence[Callable[[], T]], workers: int) -> list[T
     :class:`CPUWorkers` pool alive and time ``pool.run(tasks)``.
     """
     _check_tasks(tasks)
-    _check_int(workers, "workers", 1)
+    check_int(workers, "workers", 1)
     if workers > len(tasks):
         raise ValueError(f"workers must be <= len(tasks) ({len(tasks)}), got {workers}: a worker would idle")
     with CPUWorkers(workers) as pool:

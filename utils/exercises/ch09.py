@@ -9,17 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from utils._validate import check_int
 from utils.checks import exercise, expect
 
 __all__ = ["check_ddp_numbers", "check_epoch_shards", "true_ddp_numbers", "true_epoch_shards"]
-
-
-def _positive(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value <= 0:
-        raise ValueError(f"{name} must be > 0, got {value}")
-    return value
 
 
 def true_ddp_numbers(n_samples: int, world_size: int, batch_size: int) -> tuple[int, int]:
@@ -30,9 +23,9 @@ def true_ddp_numbers(n_samples: int, world_size: int, batch_size: int) -> tuple[
     """
     from torch.utils.data import DataLoader, DistributedSampler
 
-    n_samples = _positive(n_samples, "n_samples")
-    world_size = _positive(world_size, "world_size")
-    batch_size = _positive(batch_size, "batch_size")
+    n_samples = check_int(n_samples, "n_samples", 1)
+    world_size = check_int(world_size, "world_size", 1)
+    batch_size = check_int(batch_size, "batch_size", 1)
     data = range(n_samples)
     steps = {
         len(DataLoader(data, batch_size=batch_size, sampler=DistributedSampler(data, world_size, rank)))
