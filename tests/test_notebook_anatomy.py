@@ -35,7 +35,7 @@ def test_generated_parts_are_up_to_date():
 def test_setup_cell_comes_first(ch):
     first = code_cells(load(ch))[0]
     assert "setup" in tags(first)
-    assert first.source.startswith(course.COLAB_SETUP)
+    assert first.source.startswith(course.SETUP)
     assert "nbval-ignore-output" in tags(first), "the setup cell prints versions and devices"
 
 

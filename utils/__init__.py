@@ -5,15 +5,18 @@
 and never initialises CUDA: heavier helpers live in sub-modules that load on first use.
 """
 
-from utils.checks import ExerciseFailed, exercise, expect, rejection
-from utils.devices import gpu_type, num_gpus, requires, try_all_gpus, try_gpu
+from utils.checks import ExerciseFailed, exercise, expect, learner_code, outcome, rejection
+from utils.devices import check_torch_version, gpu_type, num_gpus, requires, try_all_gpus, try_gpu
 
 __all__ = [
     "ExerciseFailed",
+    "check_torch_version",
     "exercise",
     "expect",
     "gpu_type",
+    "learner_code",
     "num_gpus",
+    "outcome",
     "rejection",
     "requires",
     "try_all_gpus",

@@ -1,28 +1,44 @@
-"""Auto-checked exercises.
+"""Auto-checked exercises (every chapter's Exercises section).
 
 A chapter's exercise is a function decorated with :func:`exercise`. Inside, :func:`expect` states each
-property a correct answer has, with the hint a learner needs when it does not hold::
+property a correct answer has, with the hint a learner needs when it does not hold, and
+:func:`learner_code` wraps each call into the learner's code::
 
-    @exercise("1.1 · A parallel block")
+    @exercise("Exercise 1 · A parallel block")
     def check_parallel(cls):
-        block = cls(nn.Linear(2, 3), nn.Linear(2, 4))
-        expect(block(torch.ones(1, 2)).shape == (1, 7), "concatenate the two outputs along dim 1")
+        with learner_code("building Parallel(net1, net2)"):
+            block = cls(nn.Linear(2, 3), nn.Linear(2, 4))
+        with learner_code("calling the block on a (1, 2) input", "feed the same x to both nets"):
+            y = block(torch.ones(1, 2))
+        expect(y.shape == (1, 7), "concatenate the two outputs along dim 1")
 
-Calling the check on a learner's answer prints ``✓ ... passed``; on an answer that still raises
-``NotImplementedError`` it prints that the exercise is not attempted yet (so *Run All* goes through);
-on a wrong answer it raises :class:`ExerciseFailed` with the hint. It returns nothing, so a notebook
-cell shows only that one line.
+Calling the check on a learner's answer prints ``✓ ... passed``. While the answer is still the stub,
+which raises ``NotImplementedError("your code here")`` (:data:`STUB_MESSAGE`), it prints that the
+exercise is not attempted yet, so *Run All* goes through. Any other outcome is a hint: a failed
+``expect`` and every error the learner's code raises become :class:`ExerciseFailed` with a message that
+says what was being tried, the likely cause and the original error. PyTorch's own
+``NotImplementedError`` for a module without ``forward`` (a misspelt ``forward``, or an
+``nn.ModuleList`` called like a module) is such an error, not "not attempted".
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
-from typing import TypeVar
+import re
+from collections.abc import Callable, Iterator
+from typing import Literal, TypeVar
 
-__all__ = ["ExerciseFailed", "expect", "exercise", "rejection"]
+__all__ = ["STUB_MESSAGE", "ExerciseFailed", "exercise", "expect", "learner_code", "outcome", "rejection"]
 
 F = TypeVar("F", bound=Callable[..., object])
+
+#: The message of the ``NotImplementedError`` that every exercise stub raises.
+STUB_MESSAGE = "your code here"
+
+Verdict = Literal["passed", "not attempted", "failed"]
+
+_NO_FORWARD = re.compile(r'Module \[(\w+)\] is missing the required "forward" function')
 
 
 class ExerciseFailed(AssertionError):
@@ -37,6 +53,64 @@ def expect(condition: object, hint: str) -> None:
         raise ExerciseFailed(hint)
 
 
+def _is_stub(err: BaseException) -> bool:
+    return isinstance(err, NotImplementedError) and str(err) == STUB_MESSAGE
+
+
+def _explain(err: Exception, what: str, hint: str) -> str:
+    """A hint for an error raised by the learner's code: what was tried, the likely cause, the error."""
+    quoted = f"{type(err).__name__}: {err}".strip()
+    missing = _NO_FORWARD.search(str(err)) if isinstance(err, NotImplementedError) else None
+    if missing and missing.group(1) in ("ModuleList", "ModuleDict", "ParameterList", "ParameterDict"):
+        cause = (
+            f"an nn.{missing.group(1)} was called like a module, but it is only a container and has no "
+            "forward: loop over it (or index it) and call the modules inside"
+        )
+    elif missing:
+        cause = (
+            f"the module {missing.group(1)} has no forward method: check the spelling of "
+            "`def forward(self, ...)` and that it is indented inside the class"
+        )
+    else:
+        cause = hint
+    message = f"{what} raised {quoted}" if what else f"your answer raised {quoted}"
+    return f"{message}. Likely cause: {cause}." if cause else f"{message}."
+
+
+@contextlib.contextmanager
+def learner_code(what: str, hint: str = "") -> Iterator[None]:
+    """Run the learner's code inside this block; turn an error it raises into a hint.
+
+    ``what`` says what the check was doing ("calling your block on a (3, 4) input"), ``hint`` the most
+    likely cause of an error there. The stub's own ``NotImplementedError`` passes through unchanged
+    (the exercise is then not attempted), and so does a failed :func:`expect`.
+    """
+    if not isinstance(what, str) or not what:
+        raise TypeError("what must be a non-empty str")
+    if not isinstance(hint, str):
+        raise TypeError(f"hint must be a str, got {type(hint).__name__}")
+    try:
+        yield
+    except ExerciseFailed:
+        raise
+    except Exception as err:
+        if _is_stub(err):
+            raise
+        raise ExerciseFailed(_explain(err, what, hint)) from None
+
+
+def _judge(check: Callable[..., object], args: tuple, kwargs: dict) -> tuple[Verdict, str]:
+    try:
+        check(*args, **kwargs)
+    except ExerciseFailed as failure:
+        return "failed", str(failure)
+    except Exception as err:
+        if _is_stub(err):
+            return "not attempted", ""
+        return "failed", _explain(err, "", "")
+    return "passed", ""
+
+
 def exercise(title: str) -> Callable[[F], Callable[..., None]]:
     """Turn a function that calls :func:`expect` into a learner-facing check titled ``title``."""
     if not isinstance(title, str) or not title:
@@ -45,30 +119,50 @@ def exercise(title: str) -> Callable[[F], Callable[..., None]]:
     def decorate(check: F) -> Callable[..., None]:
         @functools.wraps(check)
         def run(*args, **kwargs) -> None:
-            try:
-                check(*args, **kwargs)
-            except NotImplementedError:
+            verdict, message = _judge(check, args, kwargs)
+            if verdict == "failed":
+                raise ExerciseFailed(f"{title}: not yet. {message}")
+            if verdict == "not attempted":
                 print(f"… {title}: not attempted yet (the answer still raises NotImplementedError).")
-                return
-            except ExerciseFailed as failure:
-                raise ExerciseFailed(f"{title}: not yet. {failure}") from None
-            print(f"✓ {title}: passed.")
+            else:
+                print(f"✓ {title}: passed.")
 
         run.title = title  # type: ignore[attr-defined]
+        run.judge = lambda *args, **kwargs: _judge(check, args, kwargs)  # type: ignore[attr-defined]
         return run
 
     return decorate
 
 
+def outcome(check: Callable[..., None], *args, **kwargs) -> tuple[Verdict, str]:
+    """Run an :func:`exercise` check quietly; return ``(verdict, hint)``.
+
+    ``verdict`` is ``"passed"``, ``"not attempted"`` or ``"failed"``; ``hint`` is the learner's hint
+    (prefixed with the exercise's title) when it failed, else ``""``. Tests use it to assert the exact
+    hint each wrong answer gets.
+    """
+    judge = getattr(check, "judge", None)
+    if judge is None:
+        raise TypeError(f"check must be a function decorated with @exercise, got {check!r}")
+    verdict, message = judge(*args, **kwargs)
+    return verdict, (f"{check.title}: not yet. {message}" if verdict == "failed" else "")
+
+
 def rejection(check: Callable[..., None], *args, **kwargs) -> str:
-    """Run ``check`` on a wrong answer and return its message; raise if the check accepts it.
+    """Run ``check`` on a wrong answer and return its hint; raise if the check does not reject it.
 
     Lets a notebook show that a check catches a plausible mistake::
 
         print(rejection(check_parallel, SerialBlock))
+
+    Raises:
+        AssertionError: the check accepted the answer, or reported it as not attempted (the answer
+            is still a stub, so it shows nothing about the check).
     """
-    try:
-        check(*args, **kwargs)
-    except ExerciseFailed as failure:
-        return str(failure)
-    raise AssertionError(f"{getattr(check, '__name__', check)!s} accepted a wrong answer")
+    verdict, hint = outcome(check, *args, **kwargs)
+    if verdict == "failed":
+        return hint
+    name = getattr(check, "__name__", repr(check))
+    if verdict == "not attempted":
+        raise AssertionError(f"{name} reported the answer as not attempted, so it was not judged")
+    raise AssertionError(f"{name} accepted a wrong answer")

@@ -23,11 +23,25 @@ which reads the driver without creating a context.
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 from utils._validate import check_int
 
-__all__ = ["GPU_TYPES", "gpu_type", "num_gpus", "try_gpu", "try_all_gpus", "requires"]
+__all__ = [
+    "GPU_TYPES",
+    "MIN_TORCH",
+    "check_torch_version",
+    "gpu_type",
+    "num_gpus",
+    "requires",
+    "try_all_gpus",
+    "try_gpu",
+]
+
+#: The oldest PyTorch release the committed outputs are kept valid for (README: "Supported versions").
+MIN_TORCH = (2, 11)
 
 #: Accelerator types that these helpers treat as GPUs.
 GPU_TYPES = ("cuda", "xpu", "mps")
@@ -93,4 +107,26 @@ def requires(kind: str = "cuda", count: int = 1) -> bool:
     need = "a" if count == 1 else str(count)
     plural = "" if count == 1 else "s"
     print(f"Skipped: this cell needs {need} {kind.upper()} device{plural}; this machine has {have}.")
+    return False
+
+
+def check_torch_version(version: str | None = None, minimum: tuple[int, int] = MIN_TORCH) -> bool:
+    """True if ``version`` (default: the running torch) is ``minimum`` or newer; else say so plainly.
+
+    Every chapter's setup cell calls it, so a learner on an older image (Colab, a GPU container) reads
+    why a cell may fail or print other values, instead of guessing.
+    """
+    version = torch.__version__ if version is None else version
+    if not isinstance(version, str):
+        raise TypeError(f"version must be a str such as '2.13.0', got {type(version).__name__}")
+    match = re.match(r"(\d+)\.(\d+)", version)
+    if match is None:
+        raise ValueError(f"version must start with MAJOR.MINOR, got {version!r}")
+    if (int(match.group(1)), int(match.group(2))) >= minimum:
+        return True
+    need = ".".join(map(str, minimum))
+    print(
+        f"Note: this is PyTorch {version}; the course needs {need} or newer. Some cells will fail or print "
+        f"other values. Upgrade with: pip install --upgrade 'torch>={need}'"
+    )
     return False

@@ -1,0 +1,105 @@
+"""A pretend machine with GPUs, on a virtual clock: the one test double for device and timing code.
+
+Used by chapter 08's exercise check (a learner's timer is judged on fake GPUs, so the check needs no
+hardware and no real time) and by the test suite (device helpers, the doctor, the timing helpers).
+
+Inside ``with fake_gpus(2) as gpus:`` PyTorch reports two CUDA devices (``torch.accelerator`` and
+``torch.cuda`` agree), and ``torch.cuda.synchronize`` / ``torch.accelerator.synchronize`` wait on the
+fake devices instead of real ones. Work is modelled the way a GPU runs it: :meth:`FakeGPUs.launch`
+returns at once and the device is busy for a while after, :meth:`FakeGPUs.sync` advances the clock
+to the moment that device is idle. Time is virtual (:meth:`FakeGPUs.clock`), so a test that asserts
+"this timer waited for both devices" cannot fail because the machine running it is busy.
+Everything is undone on leaving the block (``unittest.mock.patch``), also after an exception.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from unittest import mock
+
+import torch
+
+from utils._validate import check_int
+from utils.devices import GPU_TYPES
+
+__all__ = ["FakeGPUs", "fake_gpus"]
+
+
+class FakeGPUs:
+    """``count`` devices of ``kind`` with a virtual clock; see the module docstring."""
+
+    def __init__(self, count: int = 2, kind: str = "cuda") -> None:
+        self.count = check_int(count, "count")
+        if kind not in GPU_TYPES:
+            raise ValueError(f"kind must be one of {GPU_TYPES}, got {kind!r}")
+        self.kind = kind
+        self.now = 0.0
+        self.busy_until = [0.0] * self.count
+        #: Every device a synchronize call waited for, in order.
+        self.synced: list[torch.device] = []
+
+    def clock(self) -> float:
+        """The virtual time in seconds; pass it where a timer function is expected."""
+        return self.now
+
+    def device(self, index: int) -> torch.device:
+        return torch.device(self.kind, check_int(index, "index", 0, max(self.count - 1, 0)))
+
+    def launch(self, index: int, seconds: float) -> None:
+        """Queue ``seconds`` of work on device ``index``; returns at once, like a kernel launch."""
+        index = check_int(index, "index", 0, max(self.count - 1, 0))
+        if not isinstance(seconds, (int, float)) or seconds < 0:
+            raise ValueError(f"seconds must be a number >= 0, got {seconds!r}")
+        self.busy_until[index] = max(self.now, self.busy_until[index]) + seconds
+
+    def host(self, seconds: float) -> None:
+        """Spend ``seconds`` on the host (Python, the CPU): the clock moves on, the devices keep working."""
+        if not isinstance(seconds, (int, float)) or seconds < 0:
+            raise ValueError(f"seconds must be a number >= 0, got {seconds!r}")
+        self.now += seconds
+
+    def idle(self, index: int) -> bool:
+        """Whether device ``index`` has finished all its queued work by now."""
+        return self.busy_until[check_int(index, "index", 0, max(self.count - 1, 0))] <= self.now
+
+    def sync(self, device: torch.device | str | int | None = None) -> None:
+        """Stand-in for ``torch.cuda.synchronize``: wait for one device (``None``: the current one, 0)."""
+        if device is None:
+            index = 0
+        elif isinstance(device, int) and not isinstance(device, bool):
+            index = device
+        else:
+            device = torch.device(device)
+            if device.type != self.kind:
+                raise ValueError(f"synchronize called with {device}, but the fake GPUs are {self.kind}")
+            index = device.index or 0
+        if not 0 <= index < self.count:
+            raise RuntimeError(f"invalid device ordinal {index}: {self.count} fake {self.kind} device(s)")
+        self.synced.append(torch.device(self.kind, index))
+        self.now = max(self.now, self.busy_until[index])
+
+
+@contextlib.contextmanager
+def fake_gpus(count: int = 2, kind: str = "cuda") -> Iterator[FakeGPUs]:
+    """Make PyTorch report ``count`` GPUs of ``kind`` inside the block (``count=0``: no accelerator)."""
+    gpus = FakeGPUs(count, kind)
+    present = count > 0
+    accelerator = torch.device(kind) if present else None
+    patches = [
+        mock.patch.object(torch.accelerator, "is_available", lambda: present),
+        mock.patch.object(torch.accelerator, "current_accelerator", lambda check_available=False: accelerator),
+        mock.patch.object(torch.accelerator, "device_count", lambda: count),
+        mock.patch.object(torch.accelerator, "synchronize", gpus.sync),
+        mock.patch.object(torch.cuda, "is_available", lambda: present and kind == "cuda"),
+        mock.patch.object(torch.cuda, "device_count", lambda: count if kind == "cuda" else 0),
+        mock.patch.object(torch.cuda, "synchronize", gpus.sync if kind == "cuda" else _no_cuda),
+    ]
+    with contextlib.ExitStack() as stack:
+        for patch in patches:
+            stack.enter_context(patch)
+        yield gpus
+
+
+def _no_cuda(device=None) -> None:
+    raise RuntimeError("torch.cuda.synchronize called, but this (fake) machine has no CUDA device")
