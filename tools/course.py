@@ -1,6 +1,6 @@
 """The one list of chapters, and everything generated from it.
 
-    python -m tools.course sync          # rewrite badges, navigation, Colab setup block, slide
+    python -m tools.course sync [NN ...] # rewrite badges, navigation, Colab setup block, slide
                                          # metadata and the README's chapter table
     python -m tools.course check         # exit 1 if any of those is stale (tests run this)
     python -m tools.course execute [NN ...]
@@ -241,11 +241,13 @@ def stale() -> list[str]:
     return out
 
 
-def sync() -> None:
+def sync(numbers: list[str] | None = None) -> None:
+    """Rewrite the generated parts of the chapters ``numbers`` (default: every chapter and the README)."""
     for ch in CHAPTERS:
-        if ch.path.exists():
+        if ch.path.exists() and (not numbers or ch.number in numbers):
             ch.path.write_text(_dump(synced(ch, nbformat.read(ch.path, as_version=4))))
-    README.write_text(synced_readme(README.read_text()))
+    if not numbers:
+        README.write_text(synced_readme(README.read_text()))
 
 
 def execute(chapter: Chapter, timeout: int = 300) -> None:
@@ -277,13 +279,17 @@ def execute(chapter: Chapter, timeout: int = 300) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.course", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("sync", help="rewrite the generated parts of notebooks and README")
+    sync_ = sub.add_parser("sync", help="rewrite the generated parts of notebooks and README")
+    sync_.add_argument("numbers", nargs="*", help="only these chapters, such as 01 02 (default: all and README)")
     sub.add_parser("check", help="exit 1 if a generated part is stale")
     run = sub.add_parser("execute", help="re-run notebooks on the CPU and save their outputs")
     run.add_argument("numbers", nargs="*", help="chapter numbers such as 01 02 (default: all)")
     args = parser.parse_args(argv)
     if args.command == "sync":
-        sync()
+        unknown = [n for n in args.numbers if n not in BY_NUMBER]
+        if unknown:
+            parser.error(f"unknown chapter {unknown[0]!r}; known: {', '.join(BY_NUMBER)}")
+        sync(args.numbers)
         return 0
     if args.command == "check":
         bad = stale()
