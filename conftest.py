@@ -1,9 +1,16 @@
 """Suite-wide hooks for the notebook regression run.
 
+From any folder. The sanitizer file named in ``addopts`` is resolved against the repository root, so
+``pytest`` works from the root, from ``notebooks/`` or ``tests/``, and as ``pytest /path/to/checkout``.
+
 Hardware tags. A cell tagged ``requires-cuda`` needs one CUDA GPU, ``requires-multi-gpu`` needs two.
-Where the machine lacks them the cell is skipped; where it has them the cell runs and its output, which
-depends on the hardware, is not compared. The cell itself starts with ``if requires("cuda"):`` so that
-*Run All* in Jupyter skips it too (tests/test_notebook_anatomy.py keeps tag and guard together).
+Where the machine has them the cell runs and its output, which depends on the hardware, is not
+compared. Where it lacks them the cell is skipped, unless ``REQUIRE_GPUS=N`` is set: then a cell
+that needs at most N GPUs fails instead of skipping, so a GPU runner cannot go green by skipping
+(a driver too old for the wheel, a container without the GPU). The cell itself starts with
+``if requires("cuda"):`` so that *Run All* in Jupyter skips it too (tests/test_notebook_anatomy.py
+keeps tag and guard together). Every run ends with one line: GPU cells run / skipped, the device,
+and the torch version.
 
 Threads. pytest-xdist runs one notebook per core, so each kernel gets one intra-op thread
 (``OMP_NUM_THREADS=1`` unless already set): two kernels with a thread per core each would fight over
@@ -29,9 +36,35 @@ except ImportError:  # Windows: no flock; timing cells then share the machine li
 
 HARDWARE_TAGS = {"requires-cuda": 1, "requires-multi-gpu": 2}
 ALONE_TAG = "runs-alone"
+GPU_CELL = "gpu_cell"  # keyword on hardware-tagged items; it travels with their reports across xdist
 _LOCKS = pytest.StashKey[tuple[int, int]]()
+_TALLY = {"run": 0, "skipped": 0, "failed": 0}  # GPU cells, counted where reports arrive
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def required_gpus(environ=os.environ) -> int:
+    """The ``REQUIRE_GPUS`` setting: how many GPUs this run must have (0 when unset or empty)."""
+    raw = environ.get("REQUIRE_GPUS", "").strip()
+    if not raw:
+        return 0
+    if not raw.isdigit():
+        raise pytest.UsageError(f"REQUIRE_GPUS must be a whole number of GPUs such as 1 or 2, got {raw!r}")
+    return int(raw)
+
+
+def hardware_verdict(need: int, have: int, required: int) -> tuple[str, str]:
+    """What to do with a cell that needs ``need`` GPUs on a machine with ``have``.
+
+    Returns ``("run", "")``, ``("skip", reason)`` or ``("fail", reason)``: a missing GPU is a failure
+    when the run was told it has at least ``need`` of them (``REQUIRE_GPUS``), else a skip.
+    """
+    if have >= need:
+        return "run", ""
+    reason = f"needs {need} CUDA GPU(s), this machine has {have}"
+    if need <= required:
+        return "fail", f"{reason}, but REQUIRE_GPUS={required}: the GPU run must not skip it"
+    return "skip", reason
 
 
 def _cuda_count() -> int:
@@ -45,19 +78,73 @@ def _tags(item) -> set[str]:
     return set(cell.get("metadata", {}).get("tags", [])) if cell is not None else set()
 
 
+def pytest_configure(config):
+    option = config.option
+    sanitize = getattr(option, "nbval_sanitize_with", None)
+    if sanitize and not Path(sanitize).is_absolute() and not Path(sanitize).exists():
+        option.nbval_sanitize_with = str(config.rootpath / sanitize)
+    _TALLY.update(run=0, skipped=0, failed=0)
+    config.addinivalue_line("markers", f"{GPU_CELL}: a notebook cell that needs a GPU")
+
+
+def _fail_for_missing_gpu(reason: str):
+    def fail():
+        pytest.fail(reason, pytrace=False)
+
+    return fail
+
+
 def pytest_collection_modifyitems(config, items):
     have = None
+    required = required_gpus()
     for item in items:
         tags = _tags(item)
         need = max((HARDWARE_TAGS[t] for t in tags & HARDWARE_TAGS.keys()), default=0)
         if not need:
             continue
+        item.add_marker(GPU_CELL)
         if have is None:
             have = _cuda_count()
-        if have < need:
-            item.add_marker(pytest.mark.skip(reason=f"needs {need} CUDA GPU(s), this machine has {have}"))
+        verdict, reason = hardware_verdict(need, have, required)
+        if verdict == "skip":
+            item.add_marker(pytest.mark.skip(reason=reason))
+        elif verdict == "fail":
+            item.runtest = _fail_for_missing_gpu(reason)
         else:
             item.options["check"] = False
+
+
+def pytest_runtest_logreport(report):
+    """Count GPU cells on the process that reports (the controller under xdist)."""
+    if GPU_CELL not in report.keywords:
+        return
+    if report.skipped and report.when in ("setup", "call"):
+        _TALLY["skipped"] += 1
+    elif report.when == "call":
+        _TALLY["run" if report.passed else "failed"] += 1
+
+
+def _device_line() -> str:
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.device_count():
+        names = sorted({torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())})
+        device = f"{torch.cuda.device_count()} x CUDA ({', '.join(names)})"
+    else:
+        device = "cpu (no CUDA GPU visible)"
+    return f"device: {device}; torch {torch.__version__}"
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if getattr(config, "workerinput", None) is not None:
+        return
+    tally = _TALLY
+    required = required_gpus()
+    need = f"; REQUIRE_GPUS={required}" if required else ""
+    terminalreporter.write_line(
+        f"GPU cells: {tally['run']} run, {tally['skipped']} skipped, {tally['failed']} failed; "
+        f"{_device_line()}{need}"
+    )
 
 
 def _lock_paths(config) -> tuple[Path, Path] | None:

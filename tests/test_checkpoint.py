@@ -290,3 +290,102 @@ def test_atomic_write_keeps_the_old_file_when_the_writer_fails(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["result.json"]  # no temporary file left
     with pytest.raises(TypeError, match="write"):
         atomic_write(target, b"not callable")
+
+
+# --- what a killed save leaves behind ---------------------------------------------------------------
+
+KILLED_SAVE = """
+import sys, time
+from utils.checkpoint import atomic_write
+
+def write(file):
+    file.write(b"half a checkpoint" * 1000)
+    file.flush()
+    print("writing", flush=True)
+    time.sleep(120)  # killed here, half-way through the save
+
+atomic_write(sys.argv[1], write)
+"""
+
+
+def killed_save(path: Path) -> None:
+    """Start a save to ``path`` in another process and SIGKILL it half-way through."""
+    import signal
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", KILLED_SAVE, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "writing"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+        child.stdout.close()
+
+
+@pytest.mark.skipif(os.name != "posix", reason="SIGKILL and process ids as used here are POSIX")
+def test_next_save_removes_what_a_killed_save_left_and_only_that(tmp_path):
+    target, other = tmp_path / "ckpt.pt", tmp_path / "other.pt"
+    save_checkpoint({"epoch": 1}, target)
+    killed_save(target)
+    killed_save(other)
+    orphans = leftovers(tmp_path, {"ckpt.pt"})
+    assert len(orphans) == 2 and all(name.endswith(".tmp") for name in orphans), orphans
+    assert load_checkpoint(target) == {"epoch": 1}, "the kill must not touch the previous checkpoint"
+
+    save_checkpoint({"epoch": 2}, target)
+    assert load_checkpoint(target) == {"epoch": 2}
+    assert leftovers(tmp_path, {"ckpt.pt"}) == [n for n in orphans if n.startswith(".other.pt.")], (
+        "the orphan of ckpt.pt is gone; the one of other.pt stays until other.pt is saved again"
+    )
+
+
+@pytest.mark.skipif(os.name != "posix", reason="process ids as used here are POSIX")
+def test_a_save_in_progress_elsewhere_keeps_its_temporary(tmp_path):
+    import subprocess
+    import sys
+
+    target = tmp_path / "ckpt.pt"
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        in_progress = tmp_path / f".ckpt.pt.{alive.pid}-0123abcd.tmp"
+        in_progress.write_bytes(b"being written")
+        lookalike = tmp_path / ".ckpt.pt.backup.tmp"  # not a name this module writes
+        lookalike.write_bytes(b"someone else's")
+        save_checkpoint({"epoch": 3}, target)
+        assert in_progress.exists() and lookalike.exists()
+    finally:
+        alive.kill()
+        alive.wait(timeout=30)
+
+
+# --- files that are not torch.save zip archives get an accurate message ----------------------------
+
+def test_legacy_format_is_named_as_such(tmp_path):
+    target = tmp_path / "old.pt"
+    torch.save({"w": torch.ones(2)}, target, _use_new_zipfile_serialization=False)
+    with pytest.raises(CheckpointError, match="legacy torch.save format"):
+        load_checkpoint(target)
+
+
+@pytest.mark.parametrize("name", ["weights.safetensors", "renamed.pt"])
+def test_safetensors_file_is_named_as_such(tmp_path, name):
+    from safetensors.torch import save_file
+
+    target = tmp_path / name
+    save_file({"w": torch.ones(2)}, str(target))
+    with pytest.raises(CheckpointError, match=r"is a safetensors file.*safetensors\.torch\.load_file"):
+        load_checkpoint(target)
+
+
+def test_damaged_pickle_with_valid_checksums_is_named_as_damaged(tmp_path):
+    good, bad = tmp_path / "good.pt", tmp_path / "bad.pt"
+    save_checkpoint({"w": torch.arange(3.0)}, good)
+    with zipfile.ZipFile(good) as source, zipfile.ZipFile(bad, "w") as damaged:
+        for info in source.infolist():
+            data = source.read(info.filename)
+            if info.filename.endswith("data.pkl"):
+                data = data[:5] + b"\x01" + data[6:]  # a byte no pickle opcode uses, with a matching CRC
+            damaged.writestr(info, data)
+    with pytest.raises(CheckpointError, match=r"bad\.pt is damaged: its pickle \(data\.pkl\) could not be read"):
+        load_checkpoint(bad)

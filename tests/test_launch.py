@@ -7,7 +7,6 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import venv
 from pathlib import Path
 
@@ -47,9 +46,10 @@ def test_binder_pins_follow_requirements():
     assert binder == local
     text = (ROOT / "binder" / "requirements.txt").read_text()
     assert "--extra-index-url https://download.pytorch.org/whl/cpu" in text
-    assert (ROOT / "binder" / "runtime.txt").read_text().strip() == "python-" + ".".join(
-        map(str, sys.version_info[:2])
-    )
+    # Binder's Python is one the project supports (pyproject's requires-python), not "the one running here".
+    runtime = (ROOT / "binder" / "runtime.txt").read_text().strip()
+    assert re.fullmatch(r"python-3\.(1[0-3])", runtime), runtime
+    assert 'requires-python = ">=3.10"' in (ROOT / "pyproject.toml").read_text()
     post = (ROOT / "binder" / "postBuild").read_text()
     assert post.startswith("#!/bin/bash") and "set -euo pipefail" in post and "--editable ." in post
     assert os.access(ROOT / "binder" / "postBuild", os.X_OK)
@@ -72,11 +72,16 @@ def test_colab_setup_does_nothing_off_colab():
 
 @pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs git and a checkout")
 def test_colab_install_command_installs_utils_into_a_fresh_environment(tmp_path):
-    """The setup cell's Colab command, pointed at a local clone, installs `utils` and a chapter runs."""
+    """The setup cell's Colab command, pointed at a local clone, installs `utils`, and the setup runs with it.
+
+    Colab already has torch, Jupyter and the rest: the new environment sees this one's packages
+    (system site packages stand in for Colab's), builds the helpers with the setuptools found here
+    (no download during the test) and must install nothing but them.
+    """
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
     env_dir = tmp_path / "env"
-    venv.create(env_dir, with_pip=False)  # pip itself comes from here (`pip --python`): faster than ensurepip
+    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
     py = env_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
     # The very command of the setup cell, with the repository URL swapped for the clone.
@@ -85,29 +90,21 @@ def test_colab_install_command_installs_utils_into_a_fresh_environment(tmp_path)
     spec = re.sub(r"^git\+https://github\.com/[^@]+@", f"git+file://{clone}@", spec)
     assert spec.startswith("git+file://"), spec
     pip = [sys.executable, "-m", "pip", "--python", str(py), "--disable-pip-version-check"]
-    subprocess.run([*pip, "install", "--quiet", spec], check=True)
-    installed = subprocess.run([*pip, "list", "--format=freeze"], capture_output=True, text=True, check=True)
-    assert "torch-building-blocks==" in installed.stdout
-    assert "torch==" not in installed.stdout, "installing the helpers must not (re)install torch"
+    subprocess.run([*pip, "install", "--quiet", "--no-build-isolation", spec], check=True)
+    installed = subprocess.run([*pip, "list", "--local", "--format=freeze"], capture_output=True, text=True,
+                               check=True)
+    assert [line.split("==")[0] for line in installed.stdout.split()] == ["torch-building-blocks"], installed.stdout
+    assert "dependencies = []" in (ROOT / "pyproject.toml").read_text(), "Colab's torch must never be replaced"
 
-    # Colab already has torch, Jupyter and friends: lend this environment the ones installed here,
-    # placed after its own site-packages so its freshly installed `utils` wins.
-    site = Path(subprocess.check_output([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                        text=True).strip())
-    (site / "zz_colab_stand_in.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    where = subprocess.check_output([str(py), "-c", "import utils; print(utils.__file__)"],
-                                    cwd=tmp_path, text=True)
-    assert where.startswith(str(site)), where
+    where = subprocess.check_output([str(py), "-c", "import utils; print(utils.__file__)"], cwd=tmp_path, text=True)
+    assert where.startswith(str(env_dir)), where
 
-    result = subprocess.run(
-        [str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:benchmark",
-         "-c", os.devnull, "--rootdir", str(tmp_path),
-         "--nbval", "--nbval-current-env", "--nbval-sanitize-with", str(ROOT / "tests" / "sanitize.cfg"),
-         str(clone / "notebooks" / "01_layers_and_blocks.ipynb")],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
-    )
+    # The chapters' generated setup cell (without the Colab install) runs there and finds every helper.
+    setup = course.SETUP.replace("%pip install", "pass  #")
+    code = setup + "\nimport utils.checks, utils.checkpoint, utils.timing, utils.exercises.ch01\nprint('ok', device)"
+    result = subprocess.run([str(py), "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert " passed" in result.stdout and "failed" not in result.stdout
+    assert result.stdout.strip().endswith("ok cpu"), result.stdout
 
 
 def slide_counts(html: str) -> tuple[int, int]:

@@ -6,15 +6,18 @@ Three functions, one error type:
     Writes ``torch.save(obj)`` to a temporary file in the same folder, flushes it and fsyncs it to
     disk, then renames it over ``path`` with :func:`os.replace`. The rename is atomic: whoever reads
     ``path`` sees either the old checkpoint or the complete new one, never half a file. A crash while
-    writing (an exception, a full disk, a killed process) leaves the previous checkpoint untouched, and
-    on an exception the temporary file is removed.
+    writing (an exception, a full disk, a killed process) leaves the previous checkpoint untouched. On
+    an exception the temporary file is removed at once; one left by a killed process (its name holds
+    the writer's process id) is removed by the next save to the same path, once that process is gone.
 
 ``load_checkpoint(path)``
     ``torch.load(path, weights_only=True)``: tensors, containers and plain Python values load; pickled
     code is refused. Before loading it checks that the file is a complete archive whose records match
     their CRC-32 checksums, so a truncated or corrupt file raises :class:`CheckpointError` naming the
     file, instead of an ``EOFError`` without a message, an ``OSError: Invalid argument``, or (for a
-    flipped bit inside a tensor) silently wrong numbers.
+    flipped bit inside a tensor) silently wrong numbers. Files it does not load get an error that
+    says what they are: the legacy (pre-1.6) ``torch.save`` format, a safetensors file, or an archive
+    whose pickle is damaged.
 
 ``load_weights(module, path, key=...)``
     Loads a state dict from a checkpoint into a module. Keys that do not match are reported by name
@@ -22,14 +25,18 @@ Three functions, one error type:
     the keys that match and returns the ones that did not.
 
 Nothing here initialises CUDA; pass ``map_location`` to load GPU checkpoints on a CPU-only machine.
+Used by chapter 05 (saving and loading) and chapter 09's training program (``utils.ddp_train``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import pickle
+import re
 import secrets
 import shutil
+import struct
 import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -38,7 +45,7 @@ from typing import IO, Any
 import torch
 from torch import nn
 
-__all__ = ["CheckpointError", "load_checkpoint", "load_weights", "save_checkpoint"]
+__all__ = ["CheckpointError", "atomic_write", "load_checkpoint", "load_weights", "save_checkpoint"]
 
 #: What ``torch.load`` accepts as ``map_location``.
 MapLocation = str | torch.device | Mapping[str, str] | Callable[..., Any] | None
@@ -57,16 +64,52 @@ def _as_path(value: object, name: str) -> Path:
     return path
 
 
+def _temporary_name(stem: str) -> str:
+    """``.NAME.PID-RANDOM.tmp``: hidden, next to the target, and naming the process that writes it."""
+    return f".{stem}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+
+
 def _open_temporary(folder: Path, stem: str) -> tuple[int, Path]:
     """Create a new, empty, hidden file next to the target; the umask applies as for any new file."""
     for _ in range(100):
-        candidate = folder / f".{stem}.{secrets.token_hex(4)}.tmp"
+        candidate = folder / _temporary_name(stem)
         try:
             fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
         except FileExistsError:
             continue
         return fd, candidate
     raise FileExistsError(f"could not create a temporary file in {folder}")  # pragma: no cover
+
+
+def _process_is_gone(pid: int) -> bool:
+    if pid == os.getpid() or os.name != "posix":  # our own (another thread may be writing), or unknowable
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # it exists but belongs to someone else
+        return False
+    return False
+
+
+def remove_orphans(path: str | os.PathLike[str]) -> list[Path]:
+    """Delete the temporary files that killed saves to ``path`` left behind; return what was removed.
+
+    Only temporaries of ``path`` itself are touched (not those of other files in the folder), and only
+    those whose writing process no longer runs, so a save in progress elsewhere keeps its file.
+    """
+    target = _as_path(path, "path")
+    pattern = re.compile(rf"\.{re.escape(target.name)}\.(\d+)-[0-9a-f]{{8}}\.tmp")
+    removed = []
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        for entry in os.scandir(target.parent):
+            match = pattern.fullmatch(entry.name)
+            if match and entry.is_file(follow_symlinks=False) and _process_is_gone(int(match.group(1))):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+                    removed.append(Path(entry.path))
+    return removed
 
 
 def _fsync_folder(folder: Path) -> None:
@@ -88,7 +131,8 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None
     system), which is flushed and fsynced before :func:`os.replace` puts it in place: readers see the
     old file or the new one, never half of one. If ``write`` raises, the temporary file is deleted,
     the exception propagates, and a file already at ``path`` is unchanged. A file that is replaced
-    keeps its permission bits.
+    keeps its permission bits. Temporaries that killed writes to ``path`` left behind are removed
+    first (:func:`remove_orphans`).
 
     Raises:
         TypeError: ``path`` is not a ``str`` or ``os.PathLike``, or ``write`` is not callable.
@@ -102,6 +146,7 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None
         raise ValueError(f"path: the folder {folder} does not exist")
     if target.is_dir():
         raise ValueError(f"path: {target} is a folder, not a file")
+    remove_orphans(target)
     fd, temporary = _open_temporary(folder, target.name)
     try:
         with os.fdopen(fd, "wb") as file:
@@ -161,6 +206,7 @@ def load_checkpoint(path: str | os.PathLike[str], *, map_location: MapLocation =
         raise FileNotFoundError(f"no checkpoint at {source}")
     if source.stat().st_size == 0:
         raise CheckpointError(f"{source} is empty: the save that wrote it did not finish")
+    _refuse_other_formats(source)
     try:
         with zipfile.ZipFile(source) as archive:
             names = archive.namelist()
@@ -177,12 +223,44 @@ def load_checkpoint(path: str | os.PathLike[str], *, map_location: MapLocation =
         raise CheckpointError(f"{source} is corrupt: its record {damaged!r} does not match its checksum")
     try:
         return torch.load(source, map_location=map_location, weights_only=True)
-    except (EOFError, zipfile.BadZipFile) as err:
+    except pickle.UnpicklingError as err:
+        if _REFUSED.search(str(err)):
+            raise  # the file asks for code to run: refused on purpose, with torch's own explanation
+        after = str(err).rsplit("WeightsUnpickler error:", 1)[-1]
+        reason = next((line.strip() for line in after.splitlines() if line.strip()), "")
+        raise CheckpointError(f"{source} is damaged: its pickle (data.pkl) could not be read: {reason}") from None
+    except (EOFError, UnicodeDecodeError, ValueError, KeyError, IndexError, struct.error) as err:
+        raise CheckpointError(
+            f"{source} is damaged: its pickle (data.pkl) could not be read: {type(err).__name__}: {err}"
+        ) from None
+    except zipfile.BadZipFile as err:
         raise CheckpointError(f"{source} could not be read as a checkpoint: {err!r}") from None
     except RuntimeError as err:
         if "PytorchStreamReader" in str(err):
             raise CheckpointError(f"{source} could not be read as a checkpoint: {err}") from None
         raise
+
+
+#: How torch's weights-only unpickler words a refusal of code (as opposed to bytes it cannot parse).
+_REFUSED = re.compile(r"was not an allowed global|is blocked|must be \S+ to load")
+
+
+def _refuse_other_formats(source: Path) -> None:
+    """Name the formats that are not a ``torch.save`` zip archive, before the zip check calls them broken."""
+    with open(source, "rb") as file:
+        head = file.read(16)
+    size = source.stat().st_size
+    if len(head) >= 9 and head[8:9] == b"{" and 0 < struct.unpack("<Q", head[:8])[0] <= size - 8:
+        raise CheckpointError(
+            f"{source} is a safetensors file, not a torch.save checkpoint: load it with "
+            "safetensors.torch.load_file(path)"
+        )
+    if head[:1] == b"\x80":  # a bare pickle stream (protocol 2+), as the legacy format begins
+        raise CheckpointError(
+            f"{source} is in the legacy torch.save format (PyTorch before 1.6, or "
+            "_use_new_zipfile_serialization=False), which load_checkpoint does not read: it cannot verify "
+            "it. Load it once with torch.load(path, weights_only=True) and save it again with save_checkpoint."
+        )
 
 
 def _shown(keys: list[str], limit: int = 8) -> str:
