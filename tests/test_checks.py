@@ -1,26 +1,51 @@
-"""The exercise-check mechanism every chapter uses."""
+"""The exercise-check mechanism every chapter uses: verdicts, hints for learners' errors, rejection()."""
 
 import pytest
+import torch
+from torch import nn
 
-from utils import ExerciseFailed, exercise, expect, rejection
+from utils import ExerciseFailed, exercise, expect, learner_code, outcome, rejection
+from utils.checks import STUB_MESSAGE
 
 
 @exercise("Ex · positive")
 def check_positive(fn):
-    expect(fn(2) > 0, "return a positive number")
+    with learner_code("calling your function with 2", "it must take one number and return one"):
+        value = fn(2)
+    expect(value > 0, "return a positive number")
+
+
+@exercise("Ex · a block")
+def check_block(cls):
+    with learner_code("building your block"):
+        block = cls()
+    with learner_code("calling your block on a (1, 2) input"):
+        block(torch.ones(1, 2))
+
+
+def stub(x):
+    raise NotImplementedError(STUB_MESSAGE)
 
 
 def test_pass_prints_and_returns_none(capsys):
     assert check_positive(lambda x: x) is None
     assert capsys.readouterr().out == "✓ Ex · positive: passed.\n"
+    assert outcome(check_positive, lambda x: x) == ("passed", "")
 
 
-def test_not_attempted_does_not_raise(capsys):
-    def stub(x):
-        raise NotImplementedError
-
+def test_only_the_stub_is_not_attempted(capsys):
     check_positive(stub)
-    assert "not attempted yet" in capsys.readouterr().out
+    assert capsys.readouterr().out.startswith("… Ex · positive: not attempted yet")
+    assert outcome(check_positive, stub) == ("not attempted", "")
+
+
+def test_a_learners_own_not_implemented_error_is_a_hint():
+    def half_done(x):
+        raise NotImplementedError("negative numbers")
+
+    verdict, hint = outcome(check_positive, half_done)
+    assert verdict == "failed"
+    assert "calling your function with 2 raised NotImplementedError: negative numbers" in hint
 
 
 def test_failure_names_exercise_and_hint():
@@ -28,15 +53,60 @@ def test_failure_names_exercise_and_hint():
         check_positive(lambda x: -x)
 
 
-def test_other_errors_in_an_answer_propagate():
-    with pytest.raises(ZeroDivisionError):
+def test_errors_in_an_answer_become_hints_that_quote_them():
+    verdict, hint = outcome(check_positive, lambda x: 1 / 0)
+    assert verdict == "failed"
+    assert hint == (
+        "Ex · positive: not yet. calling your function with 2 raised ZeroDivisionError: division by zero. "
+        "Likely cause: it must take one number and return one."
+    )
+    with pytest.raises(ExerciseFailed):  # what the learner sees: a hint, not a ZeroDivisionError
         check_positive(lambda x: 1 / 0)
 
 
-def test_rejection_returns_message_and_refuses_accepted_answers(capsys):
+def test_an_error_outside_learner_code_still_becomes_a_hint():
+    @exercise("Ex · bare")
+    def check_bare(fn):
+        fn()
+
+    verdict, hint = outcome(check_bare, lambda: [][1])
+    assert verdict == "failed" and "your answer raised IndexError" in hint
+
+
+def test_calling_a_module_list_is_explained():
+    class CallsTheList(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([nn.Linear(2, 2)])
+
+        def forward(self, x):
+            return self.layers(x)
+
+    verdict, hint = outcome(check_block, CallsTheList)
+    assert verdict == "failed", "PyTorch's NotImplementedError is not the stub's"
+    assert "an nn.ModuleList was called like a module" in hint and "loop over it" in hint
+
+
+def test_a_misspelt_forward_is_explained():
+    class Misspelt(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.Linear(2, 2)
+
+        def foward(self, x):
+            return self.layer(x)
+
+    verdict, hint = outcome(check_block, Misspelt)
+    assert verdict == "failed"
+    assert "the module Misspelt has no forward method: check the spelling" in hint
+
+
+def test_rejection_returns_the_hint_and_refuses_accepted_or_unattempted_answers():
     assert "return a positive number" in rejection(check_positive, lambda x: -x)
     with pytest.raises(AssertionError, match="accepted a wrong answer"):
         rejection(check_positive, lambda x: x)
+    with pytest.raises(AssertionError, match="not attempted"):
+        rejection(check_positive, stub)
 
 
 def test_bad_arguments_are_named():
@@ -44,4 +114,9 @@ def test_bad_arguments_are_named():
         expect(True, "")
     with pytest.raises(TypeError, match="title"):
         exercise("")
+    with pytest.raises(TypeError, match="what"):
+        with learner_code(""):
+            pass
+    with pytest.raises(TypeError, match="check must be a function decorated with @exercise"):
+        outcome(print)
     assert issubclass(ExerciseFailed, AssertionError)

@@ -7,60 +7,49 @@ import torch
 
 import utils
 from utils import devices
-
-
-def simulate(monkeypatch, kind: str | None, count: int) -> None:
-    """Make torch.accelerator report ``count`` devices of ``kind`` (None: no accelerator)."""
-    monkeypatch.setattr(torch.accelerator, "is_available", lambda: kind is not None and count > 0)
-    monkeypatch.setattr(
-        torch.accelerator,
-        "current_accelerator",
-        lambda check_available=False: torch.device(kind) if kind is not None else None,
-    )
-    monkeypatch.setattr(torch.accelerator, "device_count", lambda: count if kind is not None else 0)
-
+from utils.fake_gpus import fake_gpus
 
 CPU = torch.device("cpu")
 
 
-def test_no_gpu(monkeypatch):
-    simulate(monkeypatch, None, 0)
-    assert utils.num_gpus() == 0
-    assert utils.gpu_type() is None
-    assert utils.try_gpu() == CPU
-    assert utils.try_gpu(3) == CPU
-    assert utils.try_all_gpus() == [CPU]
+def test_no_gpu():
+    with fake_gpus(0):
+        assert utils.num_gpus() == 0
+        assert utils.gpu_type() is None
+        assert utils.try_gpu() == CPU
+        assert utils.try_gpu(3) == CPU
+        assert utils.try_all_gpus() == [CPU]
 
 
-def test_one_gpu(monkeypatch):
-    simulate(monkeypatch, "cuda", 1)
-    assert utils.num_gpus() == 1
-    assert utils.try_gpu() == torch.device("cuda", 0)
-    assert utils.try_gpu(1) == CPU
-    assert utils.try_all_gpus() == [torch.device("cuda", 0)]
+def test_one_gpu():
+    with fake_gpus(1, "cuda"):
+        assert utils.num_gpus() == 1
+        assert utils.try_gpu() == torch.device("cuda", 0)
+        assert utils.try_gpu(1) == CPU
+        assert utils.try_all_gpus() == [torch.device("cuda", 0)]
 
 
-def test_four_gpus(monkeypatch):
-    simulate(monkeypatch, "cuda", 4)
-    assert utils.num_gpus() == 4
-    assert utils.try_gpu(3) == torch.device("cuda", 3)
-    assert utils.try_gpu(4) == CPU
-    assert utils.try_all_gpus() == [torch.device("cuda", i) for i in range(4)]
+def test_four_gpus():
+    with fake_gpus(4, "cuda"):
+        assert utils.num_gpus() == 4
+        assert utils.try_gpu(3) == torch.device("cuda", 3)
+        assert utils.try_gpu(4) == CPU
+        assert utils.try_all_gpus() == [torch.device("cuda", i) for i in range(4)]
 
 
 @pytest.mark.parametrize("kind", ["mps", "xpu"])
-def test_other_gpus_count(monkeypatch, kind):
-    simulate(monkeypatch, kind, 1)
-    assert utils.gpu_type() == kind
-    assert utils.try_gpu() == torch.device(kind, 0)
-    assert utils.try_all_gpus() == [torch.device(kind, 0)]
+def test_other_gpus_count(kind):
+    with fake_gpus(1, kind):
+        assert utils.gpu_type() == kind
+        assert utils.try_gpu() == torch.device(kind, 0)
+        assert utils.try_all_gpus() == [torch.device(kind, 0)]
 
 
-def test_accelerator_that_is_not_a_gpu_is_ignored(monkeypatch):
-    simulate(monkeypatch, "mtia", 2)
-    assert utils.gpu_type() is None
-    assert utils.num_gpus() == 0
-    assert utils.try_all_gpus() == [CPU]
+def test_accelerator_that_is_not_a_gpu_is_ignored():
+    with fake_gpus(2, "mtia"):
+        assert utils.gpu_type() is None
+        assert utils.num_gpus() == 0
+        assert utils.try_all_gpus() == [CPU]
 
 
 def test_real_machine_is_consistent():
@@ -81,22 +70,75 @@ def test_try_gpu_rejects_bad_index(bad, error):
         utils.try_gpu(bad)
 
 
-def test_requires(monkeypatch, capsys):
-    simulate(monkeypatch, "cuda", 1)
-    assert utils.requires("cuda") is True
-    assert capsys.readouterr().out == ""
-    assert utils.requires("cuda", 2) is False
-    assert "needs 2 CUDA devices; this machine has 1" in capsys.readouterr().out
-    assert utils.requires("mps") is False
-    assert "this machine has 0" in capsys.readouterr().out
-    with pytest.raises(ValueError, match="kind"):
-        utils.requires("tpu")
-    with pytest.raises(TypeError, match="count"):
-        utils.requires("cuda", 1.5)
-    with pytest.raises(ValueError, match="count"):
-        utils.requires("cuda", -2)
+def test_requires(capsys):
+    with fake_gpus(1, "cuda"):
+        assert utils.requires("cuda") is True
+        assert capsys.readouterr().out == ""
+        assert utils.requires("cuda", 2) is False
+        assert "needs 2 CUDA devices; this machine has 1" in capsys.readouterr().out
+        assert utils.requires("mps") is False
+        assert "this machine has 0" in capsys.readouterr().out
+        with pytest.raises(ValueError, match="kind"):
+            utils.requires("tpu")
+        with pytest.raises(TypeError, match="count"):
+            utils.requires("cuda", 1.5)
+        with pytest.raises(ValueError, match="count"):
+            utils.requires("cuda", -2)
 
 
 def test_contract_table_in_docstring_matches_names():
     for name in ("num_gpus", "try_gpu", "try_all_gpus"):
         assert name in devices.__doc__
+
+
+@pytest.mark.parametrize("version, ok", [("2.13.0+cpu", True), ("2.11.0+cu130", True), ("3.0.0", True),
+                                         ("2.10.1", False), ("1.13.1", False)])
+def test_check_torch_version(capsys, version, ok):
+    assert utils.check_torch_version(version) is ok
+    said = capsys.readouterr().out
+    assert (said == "") == ok
+    if not ok:
+        assert f"this is PyTorch {version}; the course needs 2.11 or newer" in said
+
+
+def test_check_torch_version_arguments():
+    assert utils.check_torch_version() is True  # the pinned torch of this environment
+    with pytest.raises(TypeError, match="version"):
+        utils.check_torch_version(2.13)
+    with pytest.raises(ValueError, match="version"):
+        utils.check_torch_version("latest")
+
+
+# --- the shared fake --------------------------------------------------------------------------------
+
+def test_fake_gpus_run_launched_work_later_on_a_virtual_clock():
+    with fake_gpus(2) as gpus:
+        gpus.launch(0, 0.002)
+        gpus.launch(1, 0.030)
+        gpus.host(0.001)
+        assert gpus.clock() == 0.001 and not gpus.idle(0) and not gpus.idle(1)
+        torch.cuda.synchronize(0)
+        assert gpus.clock() == pytest.approx(0.002) and gpus.idle(0) and not gpus.idle(1)
+        torch.accelerator.synchronize("cuda:1")
+        assert gpus.clock() == pytest.approx(0.030)
+        assert gpus.synced == [torch.device("cuda", 0), torch.device("cuda", 1)]
+        torch.cuda.synchronize()  # no argument: the current device, 0
+        assert gpus.synced[-1] == torch.device("cuda", 0)
+        with pytest.raises(RuntimeError, match="invalid device ordinal 2"):
+            torch.cuda.synchronize(2)
+    assert not torch.cuda.is_available() or torch.cuda.device_count() >= 0  # patches are gone
+    assert torch.accelerator.device_count() == (torch.cuda.device_count() if torch.cuda.is_available() else 0)
+
+
+def test_fake_gpus_arguments():
+    with pytest.raises(TypeError, match="count"):
+        with fake_gpus(1.5):
+            pass
+    with pytest.raises(ValueError, match="kind"):
+        with fake_gpus(1, "cpu"):
+            pass
+    with fake_gpus(1) as gpus:
+        with pytest.raises(ValueError, match="seconds"):
+            gpus.launch(0, -1)
+        with pytest.raises(ValueError, match="index"):
+            gpus.launch(1, 0.1)

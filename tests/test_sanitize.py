@@ -59,6 +59,22 @@ def cpu_and_gpu_repr(t: torch.Tensor) -> tuple[str, str]:
             "tensor([1, 2], device='cuda:0', dtype=torch.int32)",
             "tensor([1, 2], dtype=torch.int32)",
         ),
+        (  # a sparse tensor: size=, nnz= and layout= follow the device
+            "tensor(indices=tensor([[ 0,  1,  2,  3,  4,  5,  6,  7,  8,  9, 10, 11]]),\n"
+            "       values=tensor([ 0.,  1.,  2.,  3.,  4.,  5.,  6.,  7.,  8.,  9., 10.,\n"
+            "                      11.]),\n"
+            "       device='cuda:0', size=(12,), nnz=12, layout=torch.sparse_coo)",
+            "tensor(indices=tensor([[ 0,  1,  2,  3,  4,  5,  6,  7,  8,  9, 10, 11]]),\n"
+            "       values=tensor([ 0.,  1.,  2.,  3.,  4.,  5.,  6.,  7.,  8.,  9., 10.,\n"
+            "                      11.]),\n"
+            "       size=(12,), nnz=12, layout=torch.sparse_coo)",
+        ),
+        (  # a forward-mode dual tensor: its tangent is on the device too
+            "tensor([0., 1., 2., 3., 4., 5., 6., 7., 8.], device='cuda:0',\n"
+            "       tangent=tensor([1., 1., 1., 1., 1., 1., 1., 1., 1.], device='cuda:0'))",
+            "tensor([0., 1., 2., 3., 4., 5., 6., 7., 8.],\n"
+            "       tangent=tensor([1., 1., 1., 1., 1., 1., 1., 1., 1.]))",
+        ),
     ],
 )
 def test_gpu_repr_sanitizes_to_cpu_repr(cuda_repr, cpu_repr):

@@ -108,7 +108,7 @@ def navigation(ch: Chapter) -> str:
     parts = []
     if i > 0:
         parts.append(f"← {_link(CHAPTERS[i - 1])}")
-    if ch.number != "00":
+    if ch.number != "00" and i - 1 > 0:  # chapter 01's "previous" link is the course map already
         parts.append(f"[Course map]({CHAPTERS[0].file})")
     if i + 1 < len(CHAPTERS):
         parts.append(f"{_link(CHAPTERS[i + 1])} →")
@@ -194,8 +194,11 @@ def synced(ch: Chapter, nb):
     """Return a copy of ``nb`` with its generated parts brought up to date."""
     nb = nbformat.from_dict(nb)
     cells = [c for c in nb.cells if not {"nav-header", "nav-footer"} & set(_tags(c))]
-    if not cells or cells[0]["cell_type"] != "markdown" or not cells[0]["source"].startswith(f"# {ch.number} · "):
+    if not cells or cells[0]["cell_type"] != "markdown" or not cells[0]["source"].startswith("# "):
         raise ValueError(f"{ch.file}: the first cell must be the title '# {ch.number} · ...'")
+    # The number and title are kept once, in CHAPTERS: the title line is generated from it.
+    rest = cells[0]["source"].split("\n", 1)[1:]
+    cells[0]["source"] = "\n".join([f"# {ch.number} · {ch.title}", *rest])
     cells.insert(1, _md_cell("nav-header", header_markdown(ch), "nav-header"))
     cells.append(_md_cell("nav-footer", footer_markdown(ch), "nav-footer"))
     for cell in cells:

@@ -27,12 +27,17 @@ __all__ = ["FakeGPUs", "fake_gpus"]
 
 
 class FakeGPUs:
-    """``count`` devices of ``kind`` with a virtual clock; see the module docstring."""
+    """``count`` devices of ``kind`` with a virtual clock; see the module docstring.
+
+    ``kind`` is usually a GPU type (``"cuda"``, ``"xpu"``, ``"mps"``); another accelerator type such as
+    ``"mtia"`` shows how the helpers treat an accelerator that is not a GPU.
+    """
 
     def __init__(self, count: int = 2, kind: str = "cuda") -> None:
         self.count = check_int(count, "count")
-        if kind not in GPU_TYPES:
-            raise ValueError(f"kind must be one of {GPU_TYPES}, got {kind!r}")
+        if not isinstance(kind, str) or kind in ("cpu", "meta"):
+            raise ValueError(f"kind must name an accelerator such as {', '.join(GPU_TYPES)}, got {kind!r}")
+        torch.device(kind)  # an unknown device type raises here, naming it
         self.kind = kind
         self.now = 0.0
         self.busy_until = [0.0] * self.count

@@ -1,0 +1,98 @@
+"""The regression suite guards itself: strict comparison, REQUIRE_GPUS, the summary line, any folder.
+
+One real nbval run of a small notebook made here (so no chapter's wording is assumed) proves at once
+that an edited output fails, that ``REQUIRE_GPUS`` turns a missing GPU into a failure, that a cell
+needing more GPUs than required is still skipped, and that the run ends with the GPU-cells line.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import nbformat
+import pytest
+
+import conftest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def code(source: str, output: str, *tags: str):
+    cell = nbformat.v4.new_code_cell(source, metadata={"tags": list(tags)} if tags else {})
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=output)]
+    return cell
+
+
+def test_a_gpu_run_cannot_be_green_by_skipping_and_outputs_are_compared(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    nb.cells = [
+        code("print(2 + 2)", "4\n"),
+        code("print('six')", "seven\n"),  # the committed output differs: strict mode must fail it
+        code("print('needs one GPU')", "anything\n", "requires-cuda"),
+        code("print('needs two GPUs')", "anything\n", "requires-multi-gpu"),
+    ]
+    for count, cell in enumerate(nb.cells, start=1):
+        cell.execution_count = count
+    nbformat.write(nb, tmp_path / "probe.ipynb")
+    env = {**os.environ, "REQUIRE_GPUS": "1", "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path),
+         "-p", "conftest", "-n", "0", "-q", "-rfs",
+         "--nbval-sanitize-with", str(ROOT / "tests" / "sanitize.cfg"), "probe.ipynb"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env,
+    )
+    report = result.stdout + result.stderr
+    assert result.returncode == 1, report
+    assert "FAILED probe.ipynb::Cell 1" in report, report  # the edited output
+    assert "FAILED probe.ipynb::Cell 2" in report, report  # the GPU cell: a failure, not a skip
+    assert "needs 1 CUDA GPU(s), this machine has 0, but REQUIRE_GPUS=1" in report, report
+    assert "SKIPPED [1] probe.ipynb: needs 2 CUDA GPU(s), this machine has 0" in report, report
+    assert "2 failed, 1 passed, 1 skipped" in report, report
+    assert "GPU cells: 0 run, 1 skipped, 1 failed; device: cpu (no CUDA GPU visible); torch " in report, report
+    assert "; REQUIRE_GPUS=1" in report
+
+
+@pytest.mark.parametrize(
+    "need, have, required, verdict",
+    [
+        (1, 0, 0, "skip"),  # a laptop
+        (1, 1, 0, "run"),
+        (2, 1, 0, "skip"),
+        (1, 0, 1, "fail"),  # a GPU runner whose GPU went missing (old driver, container without it)
+        (2, 1, 1, "skip"),  # one GPU required, the two-GPU cell may skip
+        (2, 1, 2, "fail"),
+        (2, 4, 2, "run"),
+    ],
+)
+def test_hardware_verdict_with_fake_device_counts(need, have, required, verdict):
+    got, reason = conftest.hardware_verdict(need, have, required)
+    assert got == verdict
+    assert (reason == "") == (verdict == "run")
+    if verdict == "fail":
+        assert f"REQUIRE_GPUS={required}" in reason
+
+
+@pytest.mark.parametrize("raw, expected", [(None, 0), ("", 0), ("0", 0), ("1", 1), (" 2 ", 2)])
+def test_require_gpus_setting(raw, expected):
+    environ = {} if raw is None else {"REQUIRE_GPUS": raw}
+    assert conftest.required_gpus(environ) == expected
+
+
+@pytest.mark.parametrize("raw", ["yes", "-1", "1.5", "two"])
+def test_require_gpus_rejects_what_is_not_a_count(raw):
+    with pytest.raises(pytest.UsageError, match="REQUIRE_GPUS must be a whole number"):
+        conftest.required_gpus({"REQUIRE_GPUS": raw})
+
+
+def test_sanitizer_path_is_found_from_any_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # e.g. `cd notebooks && pytest`, or `pytest /path/to/checkout`
+    config = SimpleNamespace(option=SimpleNamespace(nbval_sanitize_with="tests/sanitize.cfg"), rootpath=ROOT)
+    config.addinivalue_line = lambda *args: None
+    conftest.pytest_configure(config)
+    assert config.option.nbval_sanitize_with == str(ROOT / "tests" / "sanitize.cfg")
+    assert Path(config.option.nbval_sanitize_with).is_file()
