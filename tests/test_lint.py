@@ -14,3 +14,15 @@ def test_ruff_is_clean():
         cwd=ROOT, capture_output=True, text=True,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_helper_module_says_which_chapters_use_it():
+    import ast
+    import re
+
+    silent = []
+    for path in sorted((ROOT / "utils").rglob("*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        if not re.search(r"\b[Cc]hapters?\b|every chapter", doc):
+            silent.append(str(path.relative_to(ROOT)))
+    assert silent == [], f"say in the module docstring which chapters use: {silent}"

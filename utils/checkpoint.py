@@ -45,6 +45,8 @@ from typing import IO, Any
 import torch
 from torch import nn
 
+from utils._validate import check_bool, check_path, check_str
+
 __all__ = ["CheckpointError", "atomic_write", "load_checkpoint", "load_weights", "save_checkpoint"]
 
 #: What ``torch.load`` accepts as ``map_location``.
@@ -53,15 +55,6 @@ MapLocation = str | torch.device | Mapping[str, str] | Callable[..., Any] | None
 
 class CheckpointError(RuntimeError):
     """A checkpoint file is incomplete or corrupt, or does not fit the module it is loaded into."""
-
-
-def _as_path(value: object, name: str) -> Path:
-    if isinstance(value, bool) or not isinstance(value, (str, os.PathLike)):
-        raise TypeError(f"{name} must be a str or os.PathLike, got {type(value).__name__} {value!r}")
-    path = Path(value)
-    if str(value) == "" or path.name == "":
-        raise ValueError(f"{name} must name a file, got {value!r}")
-    return path
 
 
 def _temporary_name(stem: str) -> str:
@@ -99,7 +92,7 @@ def remove_orphans(path: str | os.PathLike[str]) -> list[Path]:
     Only temporaries of ``path`` itself are touched (not those of other files in the folder), and only
     those whose writing process no longer runs, so a save in progress elsewhere keeps its file.
     """
-    target = _as_path(path, "path")
+    target = check_path(path, "path")
     pattern = re.compile(rf"\.{re.escape(target.name)}\.(\d+)-[0-9a-f]{{8}}\.tmp")
     removed = []
     with contextlib.suppress(FileNotFoundError, NotADirectoryError):
@@ -138,7 +131,7 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None
         TypeError: ``path`` is not a ``str`` or ``os.PathLike``, or ``write`` is not callable.
         ValueError: ``path`` is empty, names a folder, or its folder does not exist.
     """
-    target = _as_path(path, "path")
+    target = check_path(path, "path")
     if not callable(write):
         raise TypeError(f"write must be callable, got {type(write).__name__}")
     folder = target.parent
@@ -199,9 +192,8 @@ def load_checkpoint(path: str | os.PathLike[str], *, map_location: MapLocation =
         CheckpointError: the file is empty, truncated, not a checkpoint, or corrupt; the message
             names the file.
     """
-    source = _as_path(path, "path")
-    if not isinstance(verify, bool):
-        raise TypeError(f"verify must be a bool, got {type(verify).__name__} {verify!r}")
+    source = check_path(path, "path")
+    check_bool(verify, "verify")
     if not source.is_file():
         raise FileNotFoundError(f"no checkpoint at {source}")
     if source.stat().st_size == 0:
@@ -303,15 +295,10 @@ def load_weights(
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"module must be an nn.Module, got {type(module).__name__}")
-    if key is not None and not isinstance(key, str):
-        raise TypeError(f"key must be a str or None, got {type(key).__name__} {key!r}")
-    if not isinstance(strict, bool):
-        raise TypeError(f"strict must be a bool, got {type(strict).__name__} {strict!r}")
-    if strip_prefix is not None and not isinstance(strip_prefix, str):
-        raise TypeError(f"strip_prefix must be a str or None, got {type(strip_prefix).__name__}")
-    if strip_prefix == "":
-        raise ValueError("strip_prefix must be a non-empty str or None")
-    source = _as_path(path, "path")
+    check_str(key, "key", allow_none=True, empty=True)
+    check_bool(strict, "strict")
+    check_str(strip_prefix, "strip_prefix", allow_none=True)
+    source = check_path(path, "path")
     loaded = load_checkpoint(source, map_location=map_location)
     if key is not None:
         if not isinstance(loaded, Mapping) or key not in loaded:

@@ -19,6 +19,9 @@ are ignored. ``try_all_gpus()`` never returns an empty list: with no GPU it retu
 
 Nothing here initialises CUDA: counting devices goes through ``torch.accelerator.device_count()``,
 which reads the driver without creating a context.
+
+Used by every chapter's setup cell (``try_gpu``, ``check_torch_version``), by the GPU-only cells of
+chapters 05, 06, 08 and 09 (``requires``) and by chapters 06, 08 and 09 (``try_all_gpus``).
 """
 
 from __future__ import annotations

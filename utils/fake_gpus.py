@@ -20,7 +20,7 @@ from unittest import mock
 
 import torch
 
-from utils._validate import check_int
+from utils._validate import check_int, check_number
 from utils.devices import GPU_TYPES
 
 __all__ = ["FakeGPUs", "fake_gpus"]
@@ -54,15 +54,12 @@ class FakeGPUs:
     def launch(self, index: int, seconds: float) -> None:
         """Queue ``seconds`` of work on device ``index``; returns at once, like a kernel launch."""
         index = check_int(index, "index", 0, max(self.count - 1, 0))
-        if not isinstance(seconds, (int, float)) or seconds < 0:
-            raise ValueError(f"seconds must be a number >= 0, got {seconds!r}")
+        seconds = check_number(seconds, "seconds")
         self.busy_until[index] = max(self.now, self.busy_until[index]) + seconds
 
     def host(self, seconds: float) -> None:
         """Spend ``seconds`` on the host (Python, the CPU): the clock moves on, the devices keep working."""
-        if not isinstance(seconds, (int, float)) or seconds < 0:
-            raise ValueError(f"seconds must be a number >= 0, got {seconds!r}")
-        self.now += seconds
+        self.now += check_number(seconds, "seconds")
 
     def idle(self, index: int) -> bool:
         """Whether device ``index`` has finished all its queued work by now."""
