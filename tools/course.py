@@ -3,6 +3,7 @@
     python -m tools.course sync [NN ...] # rewrite badges, navigation, Colab setup block, slide
                                          # metadata and the README's chapter table
     python -m tools.course check         # exit 1 if any of those is stale (tests run this)
+    python -m tools.course devices       # compared cells of chapters 01-09 that work on `device`
     python -m tools.course execute [NN ...]
                                          # re-run notebooks and save their outputs (the reference)
 
@@ -279,12 +280,78 @@ def execute(chapter: Chapter, timeout: int = 300) -> None:
     chapter.path.write_text(_dump(nb))
 
 
+# --- which compared cells work on the chosen device --------------------------------------------------
+
+def _names(node) -> set[str]:
+    import ast
+
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def device_cells(nb) -> tuple[int, int]:
+    """``(compared code cells that work on `device`, compared code cells)`` for one notebook.
+
+    A cell works on the device when its code names ``device`` or a name bound, earlier, by a statement
+    that did (``net = MLP().to(device)``, then ``y = net(x)``, and so on): a static reading of the data
+    flow from the setup cell's ``device = try_gpu()``. Cells whose output is not compared (setup,
+    widgets, timing, GPU-only) are not counted.
+    """
+    import ast
+
+    tainted = {"device"}
+    used = compared = 0
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        source = "\n".join(line for line in cell.source.split("\n") if not line.lstrip().startswith(("%", "!")))
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        hit = False
+        for stmt in ast.walk(tree):
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.With, ast.FunctionDef,
+                                 ast.ClassDef)):
+                if _names(stmt) & tainted:
+                    targets = []
+                    if isinstance(stmt, (ast.Assign,)):
+                        targets = stmt.targets
+                    elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign, ast.For)):
+                        targets = [stmt.target]
+                    elif isinstance(stmt, ast.With):
+                        targets = [item.optional_vars for item in stmt.items if item.optional_vars is not None]
+                    for target in targets:
+                        tainted |= _names(target)
+                    if isinstance(stmt, (ast.FunctionDef, ast.ClassDef)):
+                        tainted.add(stmt.name)
+        hit = bool(_names(tree) & tainted)
+        tags = set(_tags(cell))
+        if tags & {"setup", "nbval-ignore-output", "nbval-skip", "requires-cuda", "requires-multi-gpu"}:
+            continue
+        compared += 1
+        used += hit
+    return used, compared
+
+
+def device_report() -> str:
+    rows, total_used, total = [], 0, 0
+    for ch in CHAPTERS[1:]:
+        if not ch.path.exists():
+            continue
+        used, compared = device_cells(nbformat.read(ch.path, as_version=4))
+        total_used, total = total_used + used, total + compared
+        rows.append(f"{ch.number}  {used:3d} / {compared:3d}  ({100 * used / max(compared, 1):.0f} %)")
+    rows.append(f"all {total_used:3d} / {total:3d}  ({100 * total_used / max(total, 1):.0f} %)")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.course", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sync_ = sub.add_parser("sync", help="rewrite the generated parts of notebooks and README")
     sync_.add_argument("numbers", nargs="*", help="only these chapters, such as 01 02 (default: all and README)")
     sub.add_parser("check", help="exit 1 if a generated part is stale")
+    sub.add_parser("devices", help="count the compared cells of chapters 01-09 that work on `device`")
     run = sub.add_parser("execute", help="re-run notebooks on the CPU and save their outputs")
     run.add_argument("numbers", nargs="*", help="chapter numbers such as 01 02 (default: all)")
     args = parser.parse_args(argv)
@@ -293,6 +360,9 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"unknown chapter {unknown[0]!r}; known: {', '.join(BY_NUMBER)}")
         sync(args.numbers)
+        return 0
+    if args.command == "devices":
+        print(device_report())
         return 0
     if args.command == "check":
         bad = stale()
