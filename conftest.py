@@ -12,6 +12,9 @@ that needs at most N GPUs fails instead of skipping, so a GPU runner cannot go g
 keeps tag and guard together). Every run ends with one line: GPU cells run / skipped, the device,
 and the torch version.
 
+Workers. ``--dist loadgroup`` keeps each notebook's cells on one worker (one kernel per notebook) and
+spreads every other test one by one, which balances the workers far better than whole files.
+
 Threads. pytest-xdist runs one notebook per core, so each kernel gets one intra-op thread
 (``OMP_NUM_THREADS=1`` unless already set): two kernels with a thread per core each would fight over
 the cores and small tensor operations would slow down many times over.
@@ -94,10 +97,15 @@ def _fail_for_missing_gpu(reason: str):
     return fail
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the group markers
 def pytest_collection_modifyitems(config, items):
     have = None
     required = required_gpus()
     for item in items:
+        if getattr(item, "cell", None) is not None:
+            # One kernel per notebook: with --dist loadgroup all its cells go to one worker, while the
+            # other tests spread over the workers one by one.
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
         tags = _tags(item)
         need = max((HARDWARE_TAGS[t] for t in tags & HARDWARE_TAGS.keys()), default=0)
         if not need:
