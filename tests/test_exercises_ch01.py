@@ -1,30 +1,57 @@
-"""Chapter 01's checks accept the reference answers and reject the plausible wrong ones."""
+"""Chapter 01's checks: right answers written differently from the notebook's pass, plausible wrong ones
+(many of them published in study notes) get the hint that names their mistake.
+
+The reference solutions live only in the notebook, which the notebook suite runs.
+"""
+
+import copy
 
 import pytest
 import torch
 from torch import nn
 
-from utils import ExerciseFailed
-from utils.exercises.ch01 import check_parallel, check_router
+from utils.checks import STUB_MESSAGE, outcome, rejection
+from utils.exercises.ch01 import check_clones, check_parallel, check_router
+
+# ---------------------------------------------------------------- Exercise 1 · Parallel
 
 
-class Parallel(nn.Module):
+class _Pair(nn.Module):
+    """Stores the two nets as attributes; the subclasses below differ only in forward."""
+
     def __init__(self, net1, net2):
         super().__init__()
         self.net1, self.net2 = net1, net2
 
-    def forward(self, x):
-        return torch.cat([self.net1(x), self.net2(x)], dim=1)
 
-
-class Serial(Parallel):
+class Serial(_Pair):  # the popular published answer: a chain, not side by side
     def forward(self, x):
         return self.net2(self.net1(x))
 
 
-class ConcatWrongDim(Parallel):
+class Added(_Pair):
+    def forward(self, x):
+        return self.net1(x) + self.net2(x)
+
+
+class ConcatAlongBatch(_Pair):
     def forward(self, x):
         return torch.cat([self.net1(x), self.net2(x)], dim=0)
+
+
+class Stacked(_Pair):
+    def forward(self, x):
+        return torch.stack([self.net1(x), self.net2(x)], dim=1)
+
+
+class SwappedOrder(_Pair):
+    def forward(self, x):
+        return torch.cat([self.net2(x), self.net1(x)], dim=1)
+
+
+class SameNetTwice(_Pair):
+    def forward(self, x):
+        return torch.cat([self.net1(x), self.net1(x)], dim=1)
 
 
 class HiddenInList(nn.Module):
@@ -33,32 +60,175 @@ class HiddenInList(nn.Module):
         self.nets = [net1, net2]
 
     def forward(self, x):
-        return torch.cat([n(x) for n in self.nets], dim=1)
+        return torch.cat([net(x) for net in self.nets], dim=1)
 
 
-class SwappedOrder(Parallel):
-    def forward(self, x):
-        return torch.cat([self.net2(x), self.net1(x)], dim=1)
-
-
-def test_parallel_accepts_reference(capsys):
-    check_parallel(Parallel)
-    assert "passed" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize("wrong", [Serial, ConcatWrongDim, HiddenInList, SwappedOrder])
-def test_parallel_rejects(wrong):
-    with pytest.raises(ExerciseFailed):
-        check_parallel(wrong)
-
-
-class Router(nn.Module):
-    def __init__(self, heads):
+class HiddenInDict(nn.Module):
+    def __init__(self, net1, net2):
         super().__init__()
-        self.heads = nn.ModuleDict(heads)
+        self.nets = {"a": net1, "b": net2}
 
-    def forward(self, x, task):
-        return self.heads[task](x)
+    def forward(self, x):
+        return torch.cat([self.nets["a"](x), self.nets["b"](x)], dim=1)
+
+
+class CalledModuleList(nn.Module):  # calls the container like a module
+    def __init__(self, net1, net2):
+        super().__init__()
+        self.nets = nn.ModuleList([net1, net2])
+
+    def forward(self, x):
+        return torch.cat(self.nets(x), dim=1)
+
+
+class MisspeltForward(_Pair):
+    def foward(self, x):
+        return torch.cat([self.net1(x), self.net2(x)], dim=1)
+
+
+class Detached(_Pair):
+    def forward(self, x):
+        return torch.cat([self.net1(x).detach(), self.net2(x).detach()], dim=1)
+
+
+class DataInForward(_Pair):
+    def forward(self, x):
+        return torch.cat([self.net1(x), self.net2(x).data], dim=1)
+
+
+class DeepCopies(nn.Module):
+    def __init__(self, net1, net2):
+        super().__init__()
+        self.net1, self.net2 = copy.deepcopy(net1), copy.deepcopy(net2)
+
+    def forward(self, x):
+        return torch.cat([self.net1(x), self.net2(x)], dim=1)
+
+
+class PreallocatedOnDefaultDevice(_Pair):
+    def forward(self, x):
+        a, b = self.net1(x), self.net2(x)
+        out = torch.zeros(x.shape[0], a.shape[1] + b.shape[1])  # no device=x.device
+        out[:, : a.shape[1]] = a
+        out[:, a.shape[1] :] = b
+        return out
+
+
+class MovedToCpu(_Pair):
+    def forward(self, x):
+        return torch.cat([self.net1(x), self.net2(x)], dim=1).to("cpu")
+
+
+class RegisteredInForward(nn.Module):  # lazy: nothing registered until the first forward
+    def __init__(self, net1, net2):
+        super().__init__()
+        self._nets = (net1, net2)
+
+    def forward(self, x):
+        self.net1, self.net2 = self._nets
+        return torch.cat([self.net1(x), self.net2(x)], dim=1)
+
+
+class NotAModule:
+    def __init__(self, net1, net2):
+        self.net1, self.net2 = net1, net2
+
+    def __call__(self, x):
+        return torch.cat([self.net1(x), self.net2(x)], dim=1)
+
+
+class NoSuperInit(nn.Module):
+    def __init__(self, net1, net2):
+        self.net1, self.net2 = net1, net2
+
+    def forward(self, x):
+        return torch.cat([self.net1(x), self.net2(x)], dim=1)
+
+
+class ReturnsTuple(_Pair):
+    def forward(self, x):
+        return self.net1(x), self.net2(x)
+
+
+PARALLEL_WRONG = {
+    Serial: "that is net2(net1(x)), a chain",
+    Added: "the two outputs were added",
+    ConcatAlongBatch: "concatenating along it stacks the samples",
+    Stacked: "torch.stack adds a new dimension",
+    SwappedOrder: "the outputs are in the wrong order",
+    SameNetTwice: "the last 4 columns must be net2(x)",
+    HiddenInList: "a plain list or dict hides them",
+    HiddenInDict: "a plain list or dict hides them",
+    CalledModuleList: "an nn.ModuleList was called like a module",
+    MisspeltForward: "check the spelling of `def forward(self, ...)`",
+    Detached: "the output does not require grad",
+    DataInForward: "gradients must reach both nets' weights and biases",
+    DeepCopies: "not copies, so that training the block trains them",
+    PreallocatedOnDefaultDevice: "unless you pass device=x.device",
+    MovedToCpu: "unless you pass device=x.device",
+    RegisteredInForward: "right after Parallel(net1, net2) is built",
+    NotAModule: "Parallel must subclass nn.Module",
+    NoSuperInit: "calls super().__init__()",
+    ReturnsTuple: "forward must return one tensor, got tuple",
+}
+
+
+@pytest.mark.parametrize("wrong", PARALLEL_WRONG, ids=lambda c: c.__name__)
+def test_parallel_rejects_with_its_hint(wrong):
+    verdict, hint = outcome(check_parallel, wrong)
+    assert verdict == "failed"
+    assert PARALLEL_WRONG[wrong] in hint, hint
+
+
+class ParallelModuleList(nn.Module):
+    def __init__(self, net1, net2):
+        super().__init__()
+        self.branches = nn.ModuleList([net1, net2])
+
+    def forward(self, x):
+        return torch.cat([branch(x) for branch in self.branches], dim=-1)
+
+
+class ParallelAddModule(nn.Module):
+    def __init__(self, net1, net2):
+        super().__init__()
+        self.add_module("left", net1)
+        self.add_module("right", net2)
+
+    def forward(self, x):
+        return torch.hstack((self.left(x), self.right(x)))
+
+
+class ParallelPreallocated(nn.Module):
+    def __init__(self, net1, net2):
+        super().__init__()
+        self.nets = nn.ModuleDict({"first": net1, "second": net2})
+
+    def forward(self, x):
+        a, b = self.nets["first"](x), self.nets["second"](x)
+        out = x.new_empty(x.shape[0], a.shape[1] + b.shape[1])  # on x's device, with x's dtype
+        out[:, : a.shape[1]] = a
+        out[:, a.shape[1] :] = b
+        return out
+
+
+class ParallelConcat(nn.Module):
+    def __init__(self, *nets):
+        super().__init__()
+        self.nets = nn.Sequential(*nets)  # a Sequential used as a registered list, never called
+
+    def forward(self, x):
+        return torch.concat([net(x) for net in self.nets], 1)
+
+
+@pytest.mark.parametrize(
+    "right", [ParallelModuleList, ParallelAddModule, ParallelPreallocated, ParallelConcat], ids=lambda c: c.__name__
+)
+def test_parallel_accepts_other_right_answers(right):
+    assert outcome(check_parallel, right) == ("passed", "")
+
+
+# ---------------------------------------------------------------- Exercise 2 · Router
 
 
 class PlainDictRouter(nn.Module):
@@ -70,17 +240,299 @@ class PlainDictRouter(nn.Module):
         return self.heads[task](x)
 
 
-class AlwaysFirstHead(Router):
+class _ModuleDictRouter(nn.Module):
+    def __init__(self, heads):
+        super().__init__()
+        self.heads = nn.ModuleDict(heads)
+
+
+class AlwaysFirstHead(_ModuleDictRouter):
     def forward(self, x, task):
         return next(iter(self.heads.values()))(x)
 
 
-def test_router_accepts_reference(capsys):
-    check_router(Router)
-    assert "passed" in capsys.readouterr().out
+class ModuleListRouter(nn.Module):  # registered, but numbered instead of named
+    def __init__(self, heads):
+        super().__init__()
+        self.names = list(heads)
+        self.heads = nn.ModuleList(heads.values())
+
+    def forward(self, x, task):
+        return self.heads[self.names.index(task)](x)
 
 
-@pytest.mark.parametrize("wrong", [PlainDictRouter, AlwaysFirstHead])
-def test_router_rejects(wrong):
-    with pytest.raises(ExerciseFailed):
-        check_router(wrong)
+class SortedIndexRouter(ModuleListRouter):  # a position computed from the sorted names
+    def forward(self, x, task):
+        return self.heads[sorted(self.names).index(task)](x)
+
+
+class MisspeltForwardRouter(_ModuleDictRouter):
+    def foward(self, x, task):
+        return self.heads[task](x)
+
+
+class SwappedArguments(_ModuleDictRouter):
+    def forward(self, task, x):
+        return self.heads[task](x)
+
+
+class AllHeads(_ModuleDictRouter):
+    def forward(self, x, task):
+        return {name: head(x) for name, head in self.heads.items()}
+
+
+class CalledModuleDict(_ModuleDictRouter):
+    def forward(self, x, task):
+        return self.heads(x)[task]
+
+
+class CopiedHeads(nn.Module):
+    def __init__(self, heads):
+        super().__init__()
+        self.heads = nn.ModuleDict({name: copy.deepcopy(head) for name, head in heads.items()})
+
+    def forward(self, x, task):
+        return self.heads[task](x)
+
+
+class RegisteredOnFirstUse(nn.Module):
+    def __init__(self, heads):
+        super().__init__()
+        self.pending = dict(heads)
+
+    def forward(self, x, task):
+        if task not in self._modules:
+            self.add_module(task, self.pending[task])
+        return self._modules[task](x)
+
+
+ROUTER_WRONG = {
+    PlainDictRouter: "a plain dict hides it",
+    AlwaysFirstHead: "router(x, 'label') must return heads['label'](x)",
+    ModuleListRouter: "is registered as 'heads.0', not under its name 'price'",
+    SortedIndexRouter: "is registered as 'heads.0', not under its name 'price'",
+    MisspeltForwardRouter: "check the spelling of `def forward(self, ...)`",
+    SwappedArguments: "takes the batch first, then the task's name",
+    AllHeads: "must return a tensor, got dict",
+    CalledModuleDict: "an nn.ModuleDict was called like a module",
+    CopiedHeads: "it is not the head you were given",
+    RegisteredOnFirstUse: "right after Router(heads) is built",
+}
+
+
+@pytest.mark.parametrize("wrong", ROUTER_WRONG, ids=lambda c: c.__name__)
+def test_router_rejects_with_its_hint(wrong):
+    verdict, hint = outcome(check_router, wrong)
+    assert verdict == "failed"
+    assert ROUTER_WRONG[wrong] in hint, hint
+
+
+def test_sorted_index_router_would_pick_the_wrong_head_once_registered_by_name():
+    class Named(SortedIndexRouter):
+        def __init__(self, heads):
+            nn.Module.__init__(self)
+            self.names = list(heads)
+            self.heads = nn.ModuleList(heads.values())
+            for name, head in heads.items():
+                self.add_module(name, head)
+
+    verdict, hint = outcome(check_router, Named)
+    assert verdict == "failed" and "must return heads[" in hint, hint
+
+
+class AddModuleRouter(nn.Module):
+    def __init__(self, heads):
+        super().__init__()
+        for name, head in heads.items():
+            self.add_module(name, head)
+
+    def forward(self, x, task):
+        return self.get_submodule(task)(x)
+
+
+class SetattrRouter(nn.Module):
+    def __init__(self, heads):
+        super().__init__()
+        self.tasks = tuple(heads)
+        for name, head in heads.items():
+            setattr(self, name, head)
+
+    def forward(self, x, task):
+        return getattr(self, task)(x)
+
+
+class RouterIsAModuleDict(nn.ModuleDict):
+    def forward(self, x, task):
+        return self[task](x)
+
+
+class UpdatedModuleDict(nn.Module):
+    def __init__(self, heads):
+        super().__init__()
+        self.by_task = nn.ModuleDict()
+        self.by_task.update(heads)
+
+    def forward(self, x, task):
+        head = self.by_task[task]
+        return head(x)
+
+
+@pytest.mark.parametrize(
+    "right", [AddModuleRouter, SetattrRouter, RouterIsAModuleDict, UpdatedModuleDict], ids=lambda c: c.__name__
+)
+def test_router_accepts_other_right_answers(right):
+    assert outcome(check_router, right) == ("passed", "")
+
+
+# ---------------------------------------------------------------- Exercise 3 · clones
+
+
+def repeated_object(module, n):
+    return nn.ModuleList([module] * n)
+
+
+def deepcopy_of_repeated_list(module, n):
+    return copy.deepcopy(nn.ModuleList([module] * n))  # deepcopy keeps one object one object
+
+
+def plain_list(module, n):
+    return [copy.deepcopy(module) for _ in range(n)]
+
+
+def sequential(module, n):
+    return nn.Sequential(*(copy.deepcopy(module) for _ in range(n)))
+
+
+def shallow_copies(module, n):
+    return nn.ModuleList(copy.copy(module) for _ in range(n))
+
+
+def original_first(module, n):
+    return nn.ModuleList([module, *(copy.deepcopy(module) for _ in range(n - 1))])
+
+
+def one_too_few(module, n):
+    return nn.ModuleList(copy.deepcopy(module) for _ in range(n - 1))
+
+
+def rebuilt_linear(module, n):
+    return nn.ModuleList(nn.Linear(module.in_features, module.out_features) for _ in range(n))
+
+
+def reinitialised(module, n):
+    copies = nn.ModuleList(copy.deepcopy(module) for _ in range(n))
+    for c in copies:
+        for m in c.modules():
+            if hasattr(m, "reset_parameters"):
+                m.reset_parameters()
+    return copies
+
+
+def moved_to_default_device(module, n):
+    device = torch.device("cpu")  # "always .to(device)"
+    return nn.ModuleList(copy.deepcopy(module).to(device) for _ in range(n))
+
+
+def switched_to_train(module, n):
+    return nn.ModuleList(copy.deepcopy(module) for _ in range(n)).train()
+
+
+def shared_memory(module, n):
+    copies = nn.ModuleList()
+    for _ in range(n):
+        c = copy.deepcopy(module)
+        with torch.no_grad():
+            for name, _ in list(c.named_parameters()):
+                owner = c.get_submodule(name.rpartition(".")[0])
+                setattr(owner, name.rpartition(".")[2], nn.Parameter(module.get_parameter(name).detach()))
+        copies.append(c)
+    return copies
+
+
+CLONES_WRONG = {
+    repeated_object: "holds the same object more than once",
+    deepcopy_of_repeated_list: "deepcopy of such a list keeps it one object",
+    plain_list: "must return an nn.ModuleList, got list",
+    sequential: "must return an nn.ModuleList, got Sequential",
+    shallow_copies: "copy.copy is shallow",
+    original_first: "contains the original module itself",
+    one_too_few: "must hold 3 copies, got 2",
+    rebuilt_linear: "building a new layer (or reset_parameters) draws new ones",
+    reinitialised: "building a new layer (or reset_parameters) draws new ones",
+    moved_to_default_device: "each copy must stay on the module's device",
+    switched_to_train: "in the module's train/eval mode",
+    shared_memory: "shares its memory with the module or another copy",
+}
+
+
+@pytest.mark.parametrize("wrong", CLONES_WRONG, ids=lambda f: f.__name__)
+def test_clones_rejects_with_its_hint(wrong):
+    verdict, hint = outcome(check_clones, wrong)
+    assert verdict == "failed"
+    assert CLONES_WRONG[wrong] in hint, hint
+
+
+def clones_appended(module, n):
+    copies = nn.ModuleList()
+    for _ in range(n):
+        copies.append(copy.deepcopy(module))
+    return copies
+
+
+def clones_mapped(module, n):
+    return nn.ModuleList(map(copy.deepcopy, [module] * n))  # one deepcopy call per entry: n objects
+
+
+def clones_extended(module, n):
+    copies = nn.ModuleList()
+    copies.extend(copy.deepcopy(nn.ModuleList([module]))[0] for _ in range(n))
+    return copies
+
+
+@pytest.mark.parametrize("right", [clones_appended, clones_mapped, clones_extended], ids=lambda f: f.__name__)
+def test_clones_accepts_other_right_answers(right):
+    assert outcome(check_clones, right) == ("passed", "")
+
+
+# ---------------------------------------------------------------- all three
+
+
+def stub_class(*args):
+    class Stub(nn.Module):
+        def __init__(self, *args):
+            super().__init__()
+
+        def forward(self, *args):
+            raise NotImplementedError(STUB_MESSAGE)
+
+    return Stub
+
+
+def stub_function(module, n):
+    raise NotImplementedError(STUB_MESSAGE)
+
+
+@pytest.mark.parametrize(
+    ("check", "stub"),
+    [(check_parallel, stub_class()), (check_router, stub_class()), (check_clones, stub_function)],
+    ids=["parallel", "router", "clones"],
+)
+def test_stubs_are_not_attempted_and_rejection_refuses_them(check, stub, capsys):
+    assert outcome(check, stub) == ("not attempted", "")
+    check(stub)
+    assert "not attempted yet" in capsys.readouterr().out
+    with pytest.raises(AssertionError, match="not attempted"):
+        rejection(check, stub)
+
+
+@pytest.mark.parametrize(
+    ("check", "answer"),
+    [(check_parallel, ParallelModuleList), (check_router, AddModuleRouter), (check_clones, clones_appended)],
+    ids=["parallel", "router", "clones"],
+)
+def test_checks_leave_the_global_generator_alone(check, answer):
+    torch.manual_seed(7)
+    expected = torch.rand(3)
+    torch.manual_seed(7)
+    outcome(check, answer)
+    assert torch.equal(torch.rand(3), expected)

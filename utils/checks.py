@@ -74,7 +74,8 @@ def _explain(err: Exception, what: str, hint: str) -> str:
     else:
         cause = hint
     message = f"{what} raised {quoted}" if what else f"your answer raised {quoted}"
-    return f"{message}. Likely cause: {cause}." if cause else f"{message}."
+    stop = "" if message.endswith((".", "!", "?")) else "."
+    return f"{message}{stop} Likely cause: {cause}." if cause else f"{message}{stop}"
 
 
 @contextlib.contextmanager

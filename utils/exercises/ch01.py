@@ -1,79 +1,338 @@
-"""Checks for chapter 01 · Layers and blocks."""
+"""Checks for chapter 01 · Layers and blocks.
+
+Each check builds its own small, seeded layers on the CPU (and on ``meta`` for the device property, which
+costs nothing) and leaves the global random generator as it found it.
+"""
 
 from __future__ import annotations
+
+import functools
 
 import torch
 from torch import nn
 
-from utils.checks import exercise, expect
+from utils.checks import exercise, expect, learner_code
 
-__all__ = ["check_parallel", "check_router"]
+__all__ = ["check_clones", "check_parallel", "check_router"]
+
+
+def _keeps_global_rng(check):
+    """Run ``check`` with the global CPU generator forked, so a check never shifts a notebook's numbers."""
+
+    @functools.wraps(check)
+    def run(*args, **kwargs):
+        with torch.random.fork_rng(devices=[]):
+            return check(*args, **kwargs)
+
+    return run
 
 
 def _seeded_linear(n_in: int, n_out: int, seed: int) -> nn.Linear:
+    """An ``nn.Linear`` with values drawn from its own generator (the global one is not touched)."""
     gen = torch.Generator().manual_seed(seed)
-    layer = nn.Linear(n_in, n_out)
+    layer = nn.Linear(n_in, n_out, device="meta").to_empty(device="cpu")
     with torch.no_grad():
         layer.weight.copy_(torch.randn(n_out, n_in, generator=gen))
         layer.bias.copy_(torch.randn(n_out, generator=gen))
     return layer
 
 
+def _same(a: object, b: torch.Tensor) -> bool:
+    return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.allclose(a, b)
+
+
+# ---------------------------------------------------------------- Exercise 1
+
+
+def _parallel_shape_hint(y: torch.Tensor, x: torch.Tensor, net1: nn.Module, net2: nn.Module) -> str:
+    """The most likely cause of a wrong output shape, read from the output itself."""
+    got = tuple(y.shape)
+    with torch.no_grad():
+        a, b = net1(x), net2(x)
+        if _same(y, net2(a)):
+            return (
+                f"got shape {got}: that is net2(net1(x)), a chain. Both nets must see the same x; "
+                "concatenate their outputs along dim 1 (torch.cat([...], dim=1))"
+            )
+        if _same(y, a + b):
+            return f"got shape {got}: the two outputs were added. Concatenate them along dim 1 instead"
+    if got == (2 * x.shape[0], a.shape[1]):
+        return (
+            f"got shape {got}: dim 0 is the batch, so concatenating along it stacks the samples. "
+            "Concatenate along dim 1 (the features)"
+        )
+    if y.dim() == 3:
+        return f"got shape {got}: torch.stack adds a new dimension. Concatenate along dim 1 with torch.cat"
+    return f"two branches of widths 4 and 4 on a batch of 3 give shape (3, 8); got {got}"
+
+
 @exercise("Exercise 1 · A parallel block")
+@_keeps_global_rng
 def check_parallel(cls: type[nn.Module]) -> None:
-    """``cls(net1, net2)`` must run both nets on the same input and concatenate along dim 1."""
-    # Same input and output width: a serial chain runs without error here, and must still fail.
+    """``cls(net1, net2)``: ``forward(x)`` runs both given nets on ``x`` and concatenates along dim 1."""
+    built = "building your block as cls(net1, net2)"
+    called = "calling your block on a batch x"
+    # Square layers first: a chain of the two nets runs without an error here, and must still fail.
     net1, net2 = _seeded_linear(4, 4, 1), _seeded_linear(4, 4, 2)
-    block = cls(net1, net2)
-    expect(isinstance(block, nn.Module), "Parallel must subclass nn.Module")
     x = torch.randn(3, 4, generator=torch.Generator().manual_seed(3))
-    y = block(x)
+    with learner_code(built, "__init__(self, net1, net2) calls super().__init__() and stores both nets"):
+        block = cls(net1, net2)
+    expect(isinstance(block, nn.Module), "Parallel must subclass nn.Module")
+    with learner_code(called, "forward(self, x) feeds the same x to both nets and returns one tensor"):
+        y = block(x)
+    expect(isinstance(y, torch.Tensor), f"forward must return one tensor, got {type(y).__name__}")
+    expect(y.shape == (3, 8), _parallel_shape_hint(y, x, net1, net2))
+    with torch.no_grad():
+        a, b = net1(x), net2(x)
+    if torch.allclose(y[:, :4], b) and torch.allclose(y[:, 4:], a):
+        expect(False, "the outputs are in the wrong order: net1(x) comes first, then net2(x)")
+    expect(torch.allclose(y[:, :4], a), "the first 4 columns must be net1(x), with x the block's own input")
     expect(
-        isinstance(y, torch.Tensor) and y.shape == (3, 8),
-        f"two branches of width 4 on a batch of 3 give shape (3, 8); got {getattr(y, 'shape', type(y))}. "
-        "Concatenate the two outputs along dim 1 instead of feeding one net into the other.",
+        torch.allclose(y[:, 4:], b),
+        "the last 4 columns must be net2(x): net2 sees the same input x as net1, not net1's output",
     )
-    expect(torch.allclose(y[:, :4], net1(x)), "the first 4 columns must be net1(x), with x the block's input")
+
+    # Registration, checked on a fresh block before any forward: right after construction.
+    with learner_code(built):
+        fresh = cls(net1, net2)
+    own = {id(p) for p in fresh.parameters()}
+    given = [*net1.parameters(), *net2.parameters()]
+    if not all(id(p) in own for p in given):
+        expect(
+            len(own) < len(given),
+            "the block's parameters are not the given nets' parameters: store net1 and net2 themselves, "
+            "not copies, so that training the block trains them",
+        )
+        expect(
+            False,
+            "right after Parallel(net1, net2) is built, both nets' parameters must be registered: assign each "
+            "net to an attribute (or put both in an nn.ModuleList); a plain list or dict hides them",
+        )
+
+    # Branches of different, odd widths: a chain cannot even run here.
+    wide1, wide2 = _seeded_linear(4, 2, 4), _seeded_linear(4, 5, 5)
+    with learner_code(built):
+        wide = cls(wide1, wide2)
+    with learner_code(f"{called} with branches of widths 2 and 5", "feed the same x to both nets"):
+        z = wide(x)
     expect(
-        torch.allclose(y[:, 4:], net2(x)),
-        "the last 4 columns must be net2(x): net2 sees the same input x, not net1's output",
+        isinstance(z, torch.Tensor) and z.shape == (3, 7),
+        f"branches of widths 2 and 5 must give 7 output columns, shape (3, 7); got {getattr(z, 'shape', z)}",
     )
-    own = {id(p) for p in block.parameters()}
+    with torch.no_grad():
+        expect(
+            torch.allclose(z[:, :2], wide1(x)) and torch.allclose(z[:, 2:], wide2(x)),
+            "with branches of widths 2 and 5, the columns must be net1(x) then net2(x)",
+        )
+
+    # Gradients flow into both given nets.
     expect(
-        all(id(p) in own for p in [*net1.parameters(), *net2.parameters()]),
-        "both nets' parameters must be registered: store them as attributes or in an nn.ModuleList, "
-        "not in a plain Python list",
+        y.requires_grad,
+        "the output does not require grad, so no gradient reaches the nets: do not .detach() the branch outputs "
+        "or use .data",
     )
-    # Different widths must work too (a serial chain cannot even run here).
-    wide = cls(_seeded_linear(4, 2, 4), _seeded_linear(4, 5, 5))
-    expect(wide(x).shape == (3, 7), "branches of width 2 and 5 must give 7 output columns")
-    y.sum().backward()
+    with learner_code("backpropagating through your block's output"):
+        y.sum().backward()
     expect(
-        net1.weight.grad is not None and net2.weight.grad is not None,
-        "gradients must reach both branches",
+        all(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in given),
+        "gradients must reach both nets' weights and biases: do not .detach() the branch outputs or use .data",
     )
+
+    # The output lands on the input's device (meta tensors have no values: this costs nothing).
+    meta1, meta2 = nn.Linear(4, 4, device="meta"), nn.Linear(4, 5, device="meta")
+    with learner_code(built):
+        on_meta = cls(meta1, meta2)
+    with learner_code(
+        f"{called} whose nets and x live on the 'meta' device",
+        "a tensor created inside forward (torch.zeros, torch.empty, torch.tensor) lands on the default device "
+        "unless you pass device=x.device; torch.cat of the outputs needs no new tensor",
+    ):
+        m = on_meta(torch.empty(3, 4, device="meta"))
+    expect(
+        isinstance(m, torch.Tensor) and m.device.type == "meta" and m.shape == (3, 9),
+        "with nets and input on one device, the output must be on that device too, shape (3, 9): create "
+        "nothing on the default device inside forward",
+    )
+
+
+# ---------------------------------------------------------------- Exercise 2
+
+_HEADS = {"price": (1, 10), "label": (3, 11), "box": (4, 12)}
 
 
 @exercise("Exercise 2 · A router over named heads")
+@_keeps_global_rng
 def check_router(cls: type[nn.Module]) -> None:
-    """``cls(heads: dict[str, nn.Module])``; ``forward(x, task)`` applies ``heads[task]``."""
-    heads = {"price": _seeded_linear(6, 1, 10), "label": _seeded_linear(6, 3, 11)}
-    router = cls(heads)
-    expect(isinstance(router, nn.Module), "Router must subclass nn.Module")
+    """``cls(heads: dict[str, nn.Module])``; ``forward(x, task)`` applies ``heads[task]``, all registered."""
+    built = "building your router as cls(heads)"
+    hint_call = "forward(self, x, task) takes the batch first, then the task's name, and returns heads[task](x)"
+    heads = {task: _seeded_linear(6, width, seed) for task, (width, seed) in _HEADS.items()}
     x = torch.randn(5, 6, generator=torch.Generator().manual_seed(12))
+    with learner_code(built, "__init__(self, heads) calls super().__init__() and registers the dict of heads"):
+        router = cls(heads)
+    expect(isinstance(router, nn.Module), "Router must subclass nn.Module")
+    with learner_code("calling router(x, 'price')", hint_call):
+        try:
+            out = router(x, "price")
+        except (KeyError, TypeError) as err:
+            # The batch was used as the task's name: the arguments are taken in the wrong order.
+            expect(
+                not (err.args and isinstance(err.args[0], torch.Tensor)),
+                f"the batch x was looked up as a task's name: {hint_call}",
+            )
+            raise
+
+    # Registration under each task's name, on a fresh router before any forward.
+    with learner_code(built):
+        fresh = cls(heads)
+    found = {name: module for name, module in fresh.named_modules(remove_duplicate=False)}
     for task, head in heads.items():
-        out = router(x, task)
+        where = [name for name, module in found.items() if module is head]
+        if any(name.rsplit(".", 1)[-1] == task for name in where):
+            continue
+        if where:
+            expect(
+                False,
+                f"heads[{task!r}] is registered as {where[0]!r}, not under its name {task!r}: "
+                "nn.ModuleDict(heads) keeps the names (an nn.ModuleList numbers them)",
+            )
         expect(
-            isinstance(out, torch.Tensor) and out.shape == head(x).shape and torch.allclose(out, head(x)),
-            f"router(x, {task!r}) must return heads[{task!r}](x)",
+            not any(name.rsplit(".", 1)[-1] == task for name in found),
+            f"a module named {task!r} is registered, but it is not the head you were given: register the "
+            "given modules, not copies, so that training the router trains them",
         )
-    names = {name.split(".")[-2] for name, _ in router.named_parameters() if "." in name}
-    expect(
-        {"price", "label"} <= names,
-        "every head's parameters must be registered under its name: use nn.ModuleDict(heads)",
-    )
-    router.to(torch.float64)
+        expect(
+            False,
+            f"right after Router(heads) is built, heads[{task!r}] must be registered under its name: a plain dict "
+            "hides it from parameters(), .to() and optimizers; use nn.ModuleDict(heads)",
+        )
+
+    expect(isinstance(out, torch.Tensor), f"router(x, 'price') must return a tensor, got {type(out).__name__}")
+    for task, head in heads.items():
+        with learner_code(f"calling router(x, {task!r})", hint_call):
+            out = router(x, task)
+        with torch.no_grad():
+            want = head(x)
+        expect(_same(out, want), f"router(x, {task!r}) must return heads[{task!r}](x)")
+
+    with learner_code("calling router.to(torch.float64)"):
+        router.to(torch.float64)
     expect(
         all(p.dtype == torch.float64 for h in heads.values() for p in h.parameters()),
         ".to(torch.float64) must convert every head: a plain dict hides them from .to()",
     )
+    with learner_code("calling router(x, 'label') on a float64 batch after .to(torch.float64)", hint_call):
+        out = router(x.double(), "label")
+    expect(_same(out, heads["label"](x.double())), "after .to(torch.float64), router(x, 'label') must still work")
+
+
+# ---------------------------------------------------------------- Exercise 3
+
+
+def _tensors(module: nn.Module) -> dict[str, torch.Tensor]:
+    return dict(module.state_dict(keep_vars=True))
+
+
+def _frozen_block() -> nn.Module:
+    """A small block whose values differ from a fresh one, in eval mode, with non-default buffers."""
+    gen = torch.Generator().manual_seed(21)
+    block = nn.Sequential(_seeded_linear(3, 4, 20), nn.BatchNorm1d(4, device="meta").to_empty(device="cpu"))
+    with torch.no_grad():
+        block[1].weight.copy_(torch.rand(4, generator=gen) + 0.5)
+        block[1].bias.copy_(torch.randn(4, generator=gen))
+        block[1].running_mean.copy_(torch.randn(4, generator=gen))
+        block[1].running_var.copy_(torch.rand(4, generator=gen) + 0.5)
+        block[1].num_batches_tracked.fill_(7)
+    return block.eval()
+
+
+def _check_copies(copies: object, module: nn.Module, n: int, call: str) -> None:
+    expect(
+        isinstance(copies, nn.ModuleList),
+        f"{call} must return an nn.ModuleList, got {type(copies).__name__}: a plain list (or an nn.Sequential) "
+        "is not what the task asks for, and a list is not registered when assigned to a module",
+    )
+    expect(len(copies) == n, f"{call} must hold {n} copies, got {len(copies)}")
+    expect(
+        len({id(c) for c in copies}) == n,
+        f"{call} holds the same object more than once, so the copies share their weights: [m] * n repeats one "
+        "object (and deepcopy of such a list keeps it one object); deep-copy the module once per copy",
+    )
+    expect(
+        all(c is not module for c in copies),
+        f"{call} contains the original module itself: every entry must be a copy, independent of the original",
+    )
+    original = _tensors(module)
+    for c in copies:
+        mine = _tensors(c)
+        expect(
+            set(mine) == set(original),
+            f"each copy must have the same parameters and buffers as the module: {sorted(original)}",
+        )
+        shared = [k for k in original if mine[k] is original[k]]
+        if shared:
+            expect(
+                False,
+                f"a copy shares {shared[0]!r} with the original: copy.copy is shallow (it keeps the same Parameter "
+                "objects); use copy.deepcopy",
+            )
+    seen = {(t.device.type, t.untyped_storage().data_ptr()) for t in original.values() if t.device.type != "meta"}
+    for c in copies:
+        for k, t in _tensors(c).items():
+            if t.device.type == "meta":
+                continue
+            key = (t.device.type, t.untyped_storage().data_ptr())
+            expect(
+                key not in seen,
+                f"{k!r} of a copy shares its memory with the module or another copy: each copy needs tensors of "
+                "its own (copy.deepcopy gives them)",
+            )
+            seen.add(key)
+    for c in copies:
+        mine = _tensors(c)
+        for k, t in original.items():
+            expect(
+                mine[k].device == t.device,
+                f"each copy must stay on the module's device ({t.device}); {k!r} is on {mine[k].device}: "
+                "do not move the copies",
+            )
+            expect(
+                mine[k].dtype == t.dtype and (t.device.type == "meta" or torch.equal(mine[k].detach(), t.detach())),
+                f"each copy must start with the module's values: {k!r} differs. copy.deepcopy copies parameters "
+                "and buffers; building a new layer (or reset_parameters) draws new ones",
+            )
+        expect(
+            all(sub.training == ref.training for sub, ref in zip(c.modules(), module.modules(), strict=False)),
+            "each copy must be in the module's train/eval mode (the module is in eval mode here)",
+        )
+
+
+@exercise("Exercise 3 · N independent copies")
+@_keeps_global_rng
+def check_clones(clones) -> None:
+    """``clones(module, n)``: an ``nn.ModuleList`` of ``n`` deep copies (same values, device and mode)."""
+    hint = "clones(module, n) must work for any module, whatever its class and arguments: copy.deepcopy(module)"
+    layer = _seeded_linear(3, 4, 30)
+    with learner_code("calling clones(layer, 3) on an nn.Linear(3, 4)", hint):
+        copies = clones(layer, 3)
+    _check_copies(copies, layer, 3, "clones(layer, 3)")
+    with torch.no_grad():
+        copies[0].weight.add_(1.0)
+    expect(
+        torch.equal(copies[1].weight, layer.weight) and not torch.equal(copies[0].weight, layer.weight),
+        "changing one copy must change neither the module nor the other copies",
+    )
+
+    for n in (1, 4):
+        block = _frozen_block()
+        with learner_code(f"calling clones(block, {n}) on a Linear + BatchNorm1d block in eval mode", hint):
+            copies = clones(block, n)
+        _check_copies(copies, block, n, f"clones(block, {n})")
+
+    on_meta = nn.Linear(3, 4, device="meta")
+    with learner_code(
+        "calling clones(layer, 2) on a layer on the 'meta' device",
+        "each copy must stay on the module's device: copy.deepcopy keeps it there, do not move the copies with .to()",
+    ):
+        copies = clones(on_meta, 2)
+    _check_copies(copies, on_meta, 2, "clones(layer, 2) of a meta layer")

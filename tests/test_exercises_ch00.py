@@ -1,0 +1,66 @@
+"""Chapter 00's warm-up check: right answers written several ways pass, plausible wrong ones get their hint."""
+
+import numpy as np
+import pytest
+import torch
+
+from utils.checks import STUB_MESSAGE, outcome
+from utils.exercises.ch00 import check_ones
+
+
+def stub(n):
+    raise NotImplementedError(STUB_MESSAGE)
+
+
+WRONG = {
+    # (answer, a distinctive part of the hint it must get)
+    "zeros": (lambda n: torch.zeros(n), "every entry of ones(1) must be 1"),
+    "constant size": (lambda n: torch.ones(3), "ones(0) must have shape (0,), got (3,)"),
+    "python list": (lambda n: [1.0] * n, "must return a torch.Tensor, got list"),
+    "numpy array": (lambda n: np.ones(n, dtype=np.float32), "must return a torch.Tensor, got ndarray"),
+    "list of ints": (lambda n: torch.tensor([1] * n), "ones(1) must be float32"),
+    "int fill value": (lambda n: torch.full((n,), 1), "ones(0) must be float32, like torch.ones(n), got torch.int64"),
+    "row vector": (lambda n: torch.ones(1, n), "ones(0) must have shape (0,), got (1, 0)"),
+    "square matrix": (lambda n: torch.ones(n, n), "ones(0) must have shape (0,), got (0, 0)"),
+    "off by one": (lambda n: torch.ones(n + 1), "ones(0) must have shape (0,), got (1,)"),
+    "at least one": (lambda n: torch.ones(max(n, 1)), "ones(0) must have shape (0,), got (1,)"),
+    "float64": (lambda n: torch.ones(n, dtype=torch.float64), "got torch.float64"),
+    "keyword only": (lambda *, n: torch.ones(n), "calling ones(0) raised TypeError"),
+    "arange": (lambda n: torch.arange(n, dtype=torch.float32), "every entry of ones(1) must be 1"),
+}
+
+
+@pytest.mark.parametrize("name", WRONG)
+def test_wrong_answers_get_their_hint(name):
+    answer, hint = WRONG[name]
+    verdict, message = outcome(check_ones, answer)
+    assert verdict == "failed"
+    assert hint in message, message
+
+
+RIGHT = {
+    "full with a float": lambda n: torch.full((n,), 1.0),
+    "zeros plus one": lambda n: torch.zeros(n) + 1,
+    "ones_like": lambda n: torch.ones_like(torch.empty(n)),
+    "from a list of floats": lambda n: torch.tensor([1.0] * n),
+    "filled in place": lambda n: torch.empty(n).fill_(1),
+}
+
+
+@pytest.mark.parametrize("name", RIGHT)
+def test_right_answers_pass(name):
+    assert outcome(check_ones, RIGHT[name]) == ("passed", "")
+
+
+def test_the_stub_is_not_attempted(capsys):
+    assert outcome(check_ones, stub) == ("not attempted", "")
+    check_ones(stub)
+    assert "not attempted yet" in capsys.readouterr().out
+
+
+def test_a_raised_error_becomes_a_hint():
+    def broken(n):
+        raise ValueError("boom")
+
+    verdict, message = outcome(check_ones, broken)
+    assert verdict == "failed" and "calling ones(0) raised ValueError: boom" in message

@@ -1,0 +1,34 @@
+"""The warm-up check of chapter 00 · Course map."""
+
+from __future__ import annotations
+
+import torch
+
+from utils.checks import exercise, expect, learner_code
+
+__all__ = ["check_ones"]
+
+#: The sizes the warm-up tries: empty, a single entry, and a few more (a constant answer fails some).
+SIZES = (0, 1, 3, 7)
+
+
+@exercise("Warm-up · a tensor of ones")
+def check_ones(answer) -> None:
+    """``answer(n)`` must return a 1-D float32 tensor of shape ``(n,)`` filled with ones, for every n >= 0."""
+    for n in SIZES:
+        with learner_code(f"calling ones({n})", "ones(n) takes one int, n, and returns a tensor"):
+            result = answer(n)
+        expect(
+            isinstance(result, torch.Tensor),
+            f"ones({n}) must return a torch.Tensor, got {type(result).__name__}: build it with torch",
+        )
+        expect(
+            result.shape == (n,),
+            f"ones({n}) must have shape ({n},), got {tuple(result.shape)}: one dimension of length n",
+        )
+        expect(
+            result.dtype == torch.float32,
+            f"ones({n}) must be float32, like torch.ones(n), got {result.dtype}: an int fill value or a list of "
+            "ints makes an integer tensor",
+        )
+        expect(bool((result == 1).all()), f"every entry of ones({n}) must be 1")
