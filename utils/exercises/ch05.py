@@ -1,23 +1,46 @@
-"""Checks for chapter 05 · Saving and loading."""
+"""Checks for chapter 05 · Saving and loading.
+
+Both checks build their own small, seeded models on the CPU and leave the global random generator as they
+found it. Exercise 2 also hands the learner's ``load`` a checkpoint "written on a GPU this machine does not
+have": the learner's own file, re-saved with every storage tagged with such a device (what a GPU server's
+``torch.save`` writes), so a load without ``map_location`` fails here exactly as it would on a laptop.
+"""
 
 from __future__ import annotations
 
-import copy
+import functools
+import pickle
 import tempfile
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
+from unittest import mock
 
 import torch
 from torch import nn
 
-from utils.checks import exercise, expect
+from utils.checks import exercise, expect, learner_code
 
 __all__ = ["check_resume", "check_strip_prefix"]
 
 
+def _keeps_global_rng(check):
+    """Run ``check`` with the global CPU generator forked: a check never shifts a notebook's numbers."""
+
+    @functools.wraps(check)
+    def run(*args, **kwargs):
+        with torch.random.fork_rng(devices=[]):
+            return check(*args, **kwargs)
+
+    return run
+
+
+# ---------------------------------------------------------------- Exercise 1
+
+
 class _Wrapped(nn.Module):
-    """A model whose second child is called ``submodule``: ``"module."`` also occurs inside its keys."""
+    """A model whose child ``submodule`` has ``module.`` inside its keys, and an ``encoder`` whose name starts
+    with letters of ``module.`` (what ``str.lstrip`` removes)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -25,39 +48,85 @@ class _Wrapped(nn.Module):
         self.submodule = nn.Linear(3, 2)
         self.register_buffer("steps", torch.tensor(7))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.submodule(torch.relu(self.encoder(x)))
+
+_HOW = (
+    "Remove the prefix once, and only from keys that start with it: str.replace removes it anywhere in a "
+    "key, str.lstrip / str.strip remove characters rather than a prefix, and in a regular expression the "
+    "prefix needs re.escape (a '.' matches any character)"
+)
+
+
+def _key_hint(given: OrderedDict, out: dict, want: list[str], prefix: str) -> str:
+    """Name the first key of ``given`` that did not become its ``want`` entry in ``out``.
+
+    Each given key is followed through the tensor it holds (values stay the same tensors); an answer that
+    copies the values is followed by position instead.
+    """
+    got = list(out)
+    owner = {id(v): k for k, v in out.items()}
+    for i, ((before, value), expected) in enumerate(zip(given.items(), want, strict=True)):
+        after = owner.get(id(value), got[i] if len(got) == len(given) else None)
+        if after == expected:
+            continue
+        if after is None:
+            return (f"with prefix={prefix!r}, the key {before!r} is missing from the result (expected "
+                    f"{expected!r}): keep every key, and a key without the prefix stays as it is")
+        if after == before:
+            return f"with prefix={prefix!r}, the key {before!r} kept its prefix; expected {expected!r}"
+        return f"with prefix={prefix!r}, the key {before!r} became {after!r}; expected {expected!r}. {_HOW}"
+    return f"with prefix={prefix!r}, expected exactly the keys {want}; got {got}"
+
+
+def _judge_keys(fn: Callable[..., object], given: OrderedDict, prefix: str | None, what: str) -> None:
+    """Call ``fn`` on ``given`` and check the result against the correct stripping."""
+    p = "module." if prefix is None else prefix
+    keys, values = list(given), list(given.values())
+    with learner_code(what, "strip_prefix(state_dict, prefix='module.') takes a dict of name -> tensor and "
+                            "returns a new one"):
+        out = fn(given) if prefix is None else fn(given, prefix=prefix)
+    expect(isinstance(out, dict), f"return a dict (an OrderedDict is fine); got {type(out).__name__}")
+    expect(
+        list(given) == keys and all(a is b for a, b in zip(given.values(), values, strict=True)),
+        "do not modify the state dict you were given: build a new one (a caller may still need the original)",
+    )
+    want = [k[len(p):] if k.startswith(p) else k for k in keys]
+    if sorted(out) != sorted(want):  # the order of the keys does not matter to load_state_dict
+        hint = _key_hint(given, out, want, p)
+        if prefix is not None and prefix != "module.":
+            hint += ". Use the prefix argument rather than a hard-coded 'module.'"
+        expect(False, hint)
+    expect(
+        all(out[w] is v for w, v in zip(want, values, strict=True)),
+        "keep the same tensors as values, not copies: only the names change, and a copy doubles the memory "
+        "a large state dict takes",
+    )
 
 
 @exercise("Exercise 1 · Strip the DataParallel prefix")
+@_keeps_global_rng
 def check_strip_prefix(fn: Callable[..., dict]) -> None:
     """``fn(state_dict, prefix="module.")`` returns a new dict with ``prefix`` removed from the start of keys."""
     torch.manual_seed(0)
     model = _Wrapped()
-    saved = nn.DataParallel(copy.deepcopy(model)).state_dict()  # a copy: with one GPU, DataParallel moves it there
-    saved = OrderedDict((k, v.cpu()) for k, v in saved.items())
-    keys_before = list(saved)
-    out = fn(saved)
-    expect(isinstance(out, dict), f"return a dict (an OrderedDict is fine); got {type(out).__name__}")
-    expect(list(saved) == keys_before, "do not modify the state dict you were given: build a new one")
-    want = ["steps", "encoder.weight", "encoder.bias", "submodule.weight", "submodule.bias"]
-    expect(
-        list(out) == want,
-        f"expected the keys {want} in this order; got {list(out)}. Remove the prefix only at the start "
-        "of a key: str.replace also removes it inside 'submodule.', and str.lstrip removes characters, "
-        "not a prefix",
-    )
-    expect(all(out[k] is saved["module." + k] for k in want), "keep the same tensors as values")
-    plain = _Wrapped()
-    plain.load_state_dict(out)
-    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(1))
-    expect(torch.equal(plain(x), model(x)), "the stripped state dict must load into the plain model")
+    # What nn.DataParallel / DistributedDataParallel(model).state_dict() holds: every key under "module.".
+    wrapped = OrderedDict(("module." + k, v) for k, v in model.state_dict().items())
+    _judge_keys(fn, wrapped, None, "calling strip_prefix(state_dict) on a DataParallel state dict")
 
-    mixed = OrderedDict([("module.a", torch.zeros(1)), ("b.module.c", torch.ones(1))])
-    out = fn(mixed)
-    expect(list(out) == ["a", "b.module.c"], "keys that do not start with the prefix must stay as they are")
-    out = fn(OrderedDict([("_orig_mod.w", torch.zeros(1))]), prefix="_orig_mod.")
-    expect(list(out) == ["w"], "use the prefix argument, not a hard-coded 'module.'")
+    t = [torch.full((1,), float(i)) for i in range(5)]
+    mixed = OrderedDict([
+        ("module.a", t[0]),
+        ("b.module.c", t[1]),  # "module." inside a key, not at its start
+        ("module_list.0.weight", t[2]),  # starts with "module" but not with "module."
+        ("module.module.w", t[3]),  # a child that is itself called `module`: strip once
+        ("head", t[4]),
+    ])
+    _judge_keys(fn, mixed, "module.", "calling strip_prefix(state_dict, prefix='module.') on mixed keys")
+
+    compiled = OrderedDict([("_orig_mod.encoder.weight", t[0]), ("_orig_mod.steps", t[1]), ("module.x", t[2])])
+    _judge_keys(fn, compiled, "_orig_mod.", "calling strip_prefix(state_dict, prefix='_orig_mod.')")
+
+
+# ---------------------------------------------------------------- Exercise 2
 
 
 def _train(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, steps: int) -> None:
@@ -75,16 +144,80 @@ def _model() -> nn.Module:
     return nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 1))
 
 
+def _absent_gpu() -> str:
+    """A CUDA device this machine does not have: ``cuda:1`` on a laptop or a one-GPU machine."""
+    return f"cuda:{max(torch.cuda.device_count(), 1)}"
+
+
+def _retagged(source: Path, target: Path, location: str) -> None:
+    """Re-save the checkpoint at ``source`` to ``target`` as if every tensor had been saved from ``location``.
+
+    ``torch.save`` asks ``torch.serialization.location_tag`` where each storage lives and writes that tag
+    next to the bytes; ``torch.load`` restores each storage to its tag unless ``map_location`` says otherwise.
+    """
+    checkpoint = torch.load(source, map_location="cpu", weights_only=True)
+    with mock.patch.object(torch.serialization, "location_tag", lambda storage: location):
+        torch.save(checkpoint, target)
+    tags: set[str] = set()
+    torch.load(target, map_location=lambda storage, tag: tags.add(tag) or storage, weights_only=True)
+    if tags - {location}:  # pragma: no cover - a torch whose save no longer asks location_tag
+        raise RuntimeError(f"could not write a checkpoint tagged {location}; got the tags {sorted(tags)}")
+
+
+def _snapshot(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict, torch.Tensor]:
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    state = {i: {k: v.clone() for k, v in s.items()} for i, s in optimizer.state_dict()["state"].items()}
+    return weights, state, torch.get_rng_state()
+
+
+def _same_state(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(
+        a[i].keys() == b[i].keys() and all(torch.equal(a[i][k].cpu(), b[i][k].cpu()) for k in a[i]) for i in a
+    )
+
+
+_SAVE_HINT = "save(path, model, optimizer, step) writes the checkpoint to path and returns nothing in particular"
+_LOAD_HINT = "load(path, model, optimizer) restores into the model and optimizer it is given and returns the step"
+
+
+def _expect_restored(step: object, want_step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
+                     saved: tuple[dict, dict, torch.Tensor]) -> None:
+    weights, state, rng = saved
+    expect(
+        step == want_step,
+        f"load must return the step stored in the checkpoint ({want_step} for this one), not a constant; "
+        f"got {step!r}",
+    )
+    expect(
+        all(torch.equal(v, weights[k]) for k, v in model.state_dict().items()),
+        "after load the model must hold the saved weights: model.load_state_dict(checkpoint[...]) into the model "
+        "you are given (with strict=True, so that a wrong key cannot pass silently)",
+    )
+    loaded_state = {i: dict(s) for i, s in optimizer.state_dict()["state"].items()}
+    expect(
+        _same_state(loaded_state, state),
+        "the optimizer's state (Adam's step counts and moving averages) is not restored: save "
+        "optimizer.state_dict() and load it with optimizer.load_state_dict(...) into the optimizer you are given",
+    )
+    expect(
+        torch.equal(torch.get_rng_state(), rng),
+        "torch's random state is not restored, so the batch order and the dropout masks after resuming "
+        "differ: save torch.get_rng_state() and restore it with torch.set_rng_state(...)",
+    )
+
+
 @exercise("Exercise 2 · A checkpoint that resumes exactly")
+@_keeps_global_rng
 def check_resume(save: Callable[..., object], load: Callable[..., int]) -> None:
     """``save(path, model, optimizer, step)`` and ``load(path, model, optimizer) -> step``.
 
-    Training 3 steps, saving, loading into a fresh model and optimizer in a "new process" (another
-    random seed) and training 3 more must give exactly the weights of 6 uninterrupted steps.
+    Training 3 steps, saving, loading into a fresh model and optimizer in a "new process" (another random
+    seed) and training 3 more must give exactly the weights of 6 uninterrupted steps. A second checkpoint,
+    at step 5 and tagged with a GPU this machine lacks, must load too, and restore its own values.
     """
     gen = torch.Generator().manual_seed(5)
     x, y = torch.randn(32, 4, generator=gen), torch.randn(32, 1, generator=gen)
-    with torch.random.fork_rng(devices=[]), tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "resume.pt"
         torch.manual_seed(0)
         straight = _model()
@@ -95,37 +228,49 @@ def check_resume(save: Callable[..., object], load: Callable[..., int]) -> None:
         first = _model()
         opt = torch.optim.Adam(first.parameters(), lr=0.05)
         _train(first, opt, x, y, 3)
-        rng_at_save = torch.get_rng_state()
-        save(path, first, opt, 3)
+        at_3 = _snapshot(first, opt)
+        with learner_code("calling save_training_state(path, model, optimizer, 3)", _SAVE_HINT):
+            save(path, first, opt, 3)
         expect(path.is_file(), "save(path, model, optimizer, step) must write the file at path")
         try:
-            torch.load(path, weights_only=True)
-        except Exception as err:  # any failure here means the same to a learner
-            expect(False, f"the checkpoint must load with weights_only=True; it fails with {type(err).__name__}. "
-                          "Store state dicts, tensors and numbers, not objects")
+            torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError:
+            expect(False, "the checkpoint must load with torch.load(path, weights_only=True), and it holds a "
+                          "pickled object (torch.save(model) or torch.save(optimizer) pickle whole objects): "
+                          "store state dicts, tensors and numbers")
+        except Exception as err:  # a file torch.load cannot read at all means the same to a learner
+            expect(False, f"torch.load(path, weights_only=True) cannot read the file ({type(err).__name__}): "
+                          "write it with torch.save (or save_checkpoint)")
 
         torch.manual_seed(1234)  # a new process: other initial weights, another random stream
         resumed = _model()
-        opt = torch.optim.Adam(resumed.parameters(), lr=0.05)
-        step = load(path, resumed, opt)
-        expect(step == 3, f"load must return the step that was saved (3); got {step!r}")
-        expect(
-            all(torch.equal(a, b) for a, b in zip(resumed.state_dict().values(), first.state_dict().values(),
-                                                  strict=True)),
-            "after load the model must hold the saved weights: model.load_state_dict(checkpoint['model'])",
-        )
-        expect(
-            len(opt.state_dict()["state"]) > 0,
-            "the optimizer's state (Adam's moving averages) is not restored: save optimizer.state_dict() and "
-            "load it with optimizer.load_state_dict(...)",
-        )
-        expect(
-            torch.equal(torch.get_rng_state(), rng_at_save),
-            "torch's random state is not restored, so the batch order and the dropout masks after resuming "
-            "differ: save torch.get_rng_state() and restore it with torch.set_rng_state(...)",
-        )
-        _train(resumed, opt, x, y, 3)
+        opt2 = torch.optim.Adam(resumed.parameters(), lr=0.05)
+        with learner_code("calling load_training_state(path, model, optimizer) on that file", _LOAD_HINT):
+            step = load(path, resumed, opt2)
+        _expect_restored(step, 3, resumed, opt2, at_3)
+        _train(resumed, opt2, x, y, 3)
         expect(
             all(torch.equal(a, b) for a, b in zip(resumed.parameters(), straight.parameters(), strict=True)),
             "after 3 + 3 steps the weights differ from 6 uninterrupted steps",
         )
+
+        # Two more steps, then a checkpoint as a GPU server writes it: other values, tags of an absent GPU.
+        _train(first, opt, x, y, 2)
+        at_5 = _snapshot(first, opt)
+        written = Path(folder) / "written.pt"
+        with learner_code("calling save_training_state(path, model, optimizer, 5)", _SAVE_HINT):
+            save(written, first, opt, 5)
+        gpu = _absent_gpu()
+        from_gpu = Path(folder) / "from_gpu.pt"
+        _retagged(written, from_gpu, gpu)
+        torch.manual_seed(4321)
+        fresh = _model()
+        opt3 = torch.optim.Adam(fresh.parameters(), lr=0.05)
+        with learner_code(
+            f"calling load_training_state on a checkpoint written on {gpu}, a GPU this machine does not have",
+            "torch.load puts every tensor back on the device it was saved from unless told otherwise: "
+            "load with map_location='cpu' (load_state_dict then copies the weights to the model's device, and "
+            "the optimizer moves its state to its parameters' device)",
+        ):
+            step = load(from_gpu, fresh, opt3)
+        _expect_restored(step, 5, fresh, opt3, at_5)
