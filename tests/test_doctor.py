@@ -1,19 +1,25 @@
-"""``python -m utils.doctor`` on simulated machines, on this machine, and as a real command."""
+"""``python -m utils.doctor`` on simulated machines, on this machine, and as a real command.
+
+Machines with GPUs are simulated with the one shared double, :func:`utils.fake_gpus.fake_gpus`; other
+patches go through ``unittest.mock.patch``, which undoes them even when a test fails.
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
+from unittest import mock
 
 import pytest
 import torch
 
 from utils import devices, doctor
 from utils.doctor import Accelerator, Facts, advice, gather, render
+from utils.fake_gpus import fake_gpus
 
 ROOT = Path(__file__).resolve().parents[1]
 GiB = 2**30
@@ -138,23 +144,115 @@ def test_report_is_ascii_and_wrapped():
     assert all(len(line) <= 60 for line in report.splitlines() if not any(w in line for w in long_words))
 
 
-def test_bad_input():
+def test_bad_input_names_the_argument():
     with pytest.raises(ValueError, match="build"):
         Facts(python="3", platform="x", torch="2", build="TPU")
     with pytest.raises(TypeError, match="accelerators"):
         Facts(python="3", platform="x", torch="2", build="CPU", accelerators=[H100])
     with pytest.raises(TypeError, match="cuda_visible_devices"):
         Facts(python="3", platform="x", torch="2", build="CPU", cuda_visible_devices=0)
+    with pytest.raises(TypeError, match="torch"):
+        Facts(python="3", platform="x", torch=(2, 13), build="CPU")
+    with pytest.raises(TypeError, match="cudnn"):
+        replace(ONE_GPU, cudnn="91002")
+    with pytest.raises(ValueError, match="cudnn"):
+        replace(ONE_GPU, cudnn=-1)
+    with pytest.raises(TypeError, match="mps_available"):
+        replace(LAPTOP, mps_available="yes")
+    with pytest.raises(TypeError, match="nvidia_evidence"):
+        replace(LAPTOP, nvidia_evidence=("nvidia-smi found", 1))
     with pytest.raises(ValueError, match="index"):
         Accelerator("cuda", -1, "x")
+    with pytest.raises(TypeError, match="index"):
+        Accelerator("cuda", True, "x")  # a bool is not an index
+    with pytest.raises(TypeError, match="kind"):
+        Accelerator("", 0, "x")
+    with pytest.raises(ValueError, match="total_memory"):
+        Accelerator("cuda", 0, "x", -1)
     with pytest.raises(TypeError, match="facts"):
         render({"build": "CPU"})
     with pytest.raises(TypeError, match="facts"):
         advice(None)
     with pytest.raises(ValueError, match="width"):
         render(LAPTOP, width=10)
+    with pytest.raises(TypeError, match="width"):
+        render(LAPTOP, width="wide")
     with pytest.raises(TypeError, match="environ"):
         gather(environ=[("CUDA_VISIBLE_DEVICES", "")])
+    with pytest.raises(TypeError, match="which"):
+        gather(which="nvidia-smi")
+    with pytest.raises(TypeError, match="exists"):
+        gather(exists=None)
+    with pytest.raises(TypeError, match="argv"):
+        doctor.main("--help")
+
+
+def test_main_prints_the_report(capsys):
+    assert doctor.main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("PyTorch doctor\n") and f"torch                 {torch.__version__}" in out
+
+
+def test_the_list_of_gpu_kinds_is_shared_with_utils_devices():
+    assert not hasattr(doctor, "GPU_KINDS") and doctor.GPU_TYPES is devices.GPU_TYPES
+    for kind in devices.GPU_TYPES:
+        facts = replace(LAPTOP, accelerators=(Accelerator(kind, 0, "a GPU"),))
+        assert facts.device == f"{kind}:0" and len(facts.gpus) == 1
+    other = replace(LAPTOP, accelerators=(Accelerator("mtia", 0, "not a GPU"),))
+    assert other.device == "cpu" and other.gpus == ()
+
+
+def _properties(index):
+    return SimpleNamespace(name=f"Fake GPU {index}", total_memory=(index + 1) * GiB)
+
+
+@pytest.mark.parametrize(("count", "kind"), [(0, "cuda"), (1, "cuda"), (3, "cuda"), (2, "xpu"), (1, "mps")])
+def test_gather_agrees_with_utils_devices_on_simulated_machines(count, kind):
+    with fake_gpus(count, kind), mock.patch.object(getattr(torch, kind), "get_device_properties", _properties,
+                                                   create=True), \
+            mock.patch.object(torch.mps, "recommended_max_memory", lambda: 16 * GiB):
+        facts = gather(environ={})
+        assert facts.device == str(devices.try_gpu())
+        assert len(facts.gpus) == devices.num_gpus() == count
+        assert [a.kind for a in facts.gpus] == [kind] * count
+    if kind == "cuda" and count:
+        assert [a.name for a in facts.gpus] == [f"Fake GPU {i}" for i in range(count)]
+        assert facts.gpus[-1].total_memory == count * GiB
+        assert f"cuda:{count - 1}  Fake GPU {count - 1}, {count}.0 GiB" in render(facts)
+    if kind == "mps":
+        assert facts.gpus[0].name == "Apple GPU (MPS)" and facts.gpus[0].total_memory == 16 * GiB
+    assert not any("failed" in w for w in facts.warnings)
+
+
+def test_an_apple_gpu_whose_memory_cannot_be_read_is_still_named():
+    def broken():
+        raise RuntimeError("no MPS here")
+
+    with fake_gpus(1, "mps"), mock.patch.object(torch.mps, "recommended_max_memory", broken):
+        facts = gather(environ={})
+    assert facts.gpus == (Accelerator("mps", 0, "Apple GPU (MPS)", None),) and facts.device == "mps:0"
+
+
+def test_a_device_whose_name_cannot_be_read_is_listed_with_a_warning():
+    def broken(index):
+        raise RuntimeError(f"no properties for device {index}")
+
+    with fake_gpus(2, "cuda"), mock.patch.object(torch.cuda, "get_device_properties", broken):
+        facts = gather(environ={})
+    assert [str(a) for a in facts.gpus] == ["cuda:0  name unavailable", "cuda:1  name unavailable"]
+    assert "reading the name of cuda:1 failed: RuntimeError: no properties for device 1" in facts.warnings
+    assert facts.device == "cuda:0"
+
+
+def test_an_accelerator_that_is_not_a_gpu_is_listed_but_not_used():
+    mtia = torch.device("mtia")
+    with fake_gpus(0), mock.patch.object(torch.accelerator, "is_available", lambda: True), \
+            mock.patch.object(torch.accelerator, "current_accelerator", lambda check_available=False: mtia), \
+            mock.patch.object(torch.accelerator, "device_count", lambda: 2):
+        facts = gather(environ={})
+        assert str(devices.try_gpu()) == facts.device == "cpu"
+    assert [(a.kind, a.index) for a in facts.accelerators] == [("mtia", 0), ("mtia", 1)]
+    assert facts.gpus == ()
 
 
 def test_gather_reads_this_process():
@@ -183,21 +281,18 @@ def test_gather_simulated_files_and_environment():
     assert bare.cuda_visible_devices is None and bare.nvidia_evidence == () and bare.amd_evidence == ()
 
 
-def test_a_failing_probe_is_reported_not_raised(monkeypatch):
-    def broken():
-        raise RuntimeError("driver exploded")
-
-    monkeypatch.setattr(doctor, "_accelerators", broken)
-    facts = gather()
+def test_a_failing_probe_is_reported_not_raised():
+    with mock.patch.object(torch.accelerator, "is_available", side_effect=RuntimeError("driver exploded")):
+        facts = gather()
     assert facts.accelerators == ()
-    assert any("driver exploded" in w for w in facts.warnings)
+    assert "probing the accelerators failed: RuntimeError: driver exploded" in facts.warnings
 
 
-def test_gather_is_fast():
-    gather()  # first call may load backends
-    start = time.perf_counter()
-    gather()
-    assert time.perf_counter() - start < 1.0
+def test_gather_runs_no_program():
+    """It only looks for nvidia-smi on the PATH (fast on every machine); it never starts it."""
+    with mock.patch.object(subprocess, "Popen", side_effect=AssertionError("gather started a program")):
+        facts = gather(which=lambda name: f"/usr/bin/{name}")
+    assert facts.nvidia_evidence[0] == "nvidia-smi found"
 
 
 def test_command_runs_and_exits_0_without_nvidia_smi():

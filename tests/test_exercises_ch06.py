@@ -1,23 +1,111 @@
-"""Chapter 06's checks accept the reference answers and reject the plausible wrong ones."""
+"""Chapter 06's checks: a catalogue of plausible wrong answers per exercise, each with the hint it gets,
+right answers written differently from the notebook's reference, and the helpers the chapter uses."""
 
-import re
+from __future__ import annotations
+
+import math
+from itertools import pairwise
 
 import pytest
 import torch
 from torch import nn
 
-from utils import ExerciseFailed
-from utils.exercises.ch06 import check_movable, check_noise, check_training_bytes, strays
+from utils.checks import outcome
+from utils.exercises.ch06 import (
+    ALLOCATOR_BLOCK,
+    adam_step_peak,
+    allocator_block_bytes,
+    allocator_segment_bytes,
+    check_movable,
+    check_noise,
+    check_training_bytes,
+    strays,
+)
+
+MiB = 2**20
+
+
+def judged(check, answer, *args):
+    verdict, hint = outcome(check, answer, *args)
+    return verdict, hint
+
 
 # --- Exercise 1 · Make .to() move everything --------------------------------------------------------
+# Right answers, each written differently from the notebook's reference (register_buffer + ModuleList).
 
 
-class Movable(nn.Module):
+class BufferAndSequential(nn.Module):
+    """nn.Buffer attributes and one nn.Sequential holding the layers and ReLUs."""
+
     def __init__(self, mean, std, widths):
         super().__init__()
-        self.register_buffer("mean", mean)
+        self.mean = nn.Buffer(mean)
+        self.std = nn.Buffer(std)
+        layers = []
+        for a, b in zip(widths, widths[1:], strict=False):
+            layers += [nn.Linear(a, b), nn.ReLU()]
+        self.net = nn.Sequential(*layers[:-1])
+
+    def forward(self, x):
+        return self.net(x.sub(self.mean).div(self.std))
+
+
+class NestedNormaliser(nn.Module):
+    """The constants live in a sub-module of their own; the layers in an nn.ModuleDict."""
+
+    class Normalise(nn.Module):
+        def __init__(self, mean, std):
+            super().__init__()
+            for name, value in (("mean", mean), ("std", std)):
+                self.register_buffer(name, value.clone())
+
+        def forward(self, x):
+            return (x - self.mean) / self.std
+
+    def __init__(self, mean, std, widths):
+        super().__init__()
+        self.norm = self.Normalise(mean, std)
+        self.layers = nn.ModuleDict({f"fc{i}": nn.Linear(a, b) for i, (a, b) in enumerate(pairwise(widths))})
+
+    def forward(self, x):
+        h = self.norm(x)
+        *hidden, last = self.layers.values()
+        for layer in hidden:
+            h = nn.functional.relu(layer(h))
+        return last(h)
+
+
+class ReverseLoop(nn.Module):
+    """Buffers registered after the layers; the last layer found by index."""
+
+    def __init__(self, mean, std, widths):
+        super().__init__()
+        self.fcs = nn.ModuleList()
+        for i in range(len(widths) - 1):
+            self.fcs.append(nn.Linear(widths[i], widths[i + 1]))
         self.register_buffer("std", std)
-        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths, widths[1:], strict=False))
+        self.register_buffer("mean", mean)
+
+    def forward(self, x):
+        x = (x - self.mean) / self.std
+        for i, fc in enumerate(self.fcs):
+            x = fc(x)
+            if i < len(self.fcs) - 1:
+                x = x.clamp(min=0)
+        return x
+
+
+RIGHT_MOVABLE = [BufferAndSequential, NestedNormaliser, ReverseLoop]
+
+
+# Wrong answers, starting from the notebook's Standardize (the module to fix).
+
+
+class Standardize(nn.Module):
+    def __init__(self, mean, std, widths):
+        super().__init__()
+        self.mean, self.std = mean, std
+        self.layers = [nn.Linear(a, b) for a, b in zip(widths, widths[1:], strict=False)]
 
     def forward(self, x):
         x = (x - self.mean) / self.std
@@ -26,58 +114,83 @@ class Movable(nn.Module):
         return self.layers[-1](x)
 
 
-class PlainTensors(Movable):
+class LayersFixedOnly(Standardize):
+    def __init__(self, mean, std, widths):
+        super().__init__(mean, std, widths)
+        self.layers = nn.ModuleList(self.layers)
+
+
+class PlainStdOnly(LayersFixedOnly):
+    def __init__(self, mean, std, widths):
+        super().__init__(mean, std, widths)
+        del self.mean
+        self.register_buffer("mean", mean)
+
+
+class TupleOfLayers(ReverseLoop):
+    def __init__(self, mean, std, widths):
+        super().__init__(mean, std, widths)
+        fcs = tuple(self.fcs)
+        del self.fcs
+        self.fcs = fcs
+
+
+class DictOfLayers(NestedNormaliser):
+    def __init__(self, mean, std, widths):
+        super().__init__(mean, std, widths)
+        layers = dict(self.layers)
+        del self.layers
+        self.layers = layers
+
+
+class UnderscorePlain(LayersFixedOnly):
+    """'Private' names do not hide a plain tensor from the check."""
+
     def __init__(self, mean, std, widths):
         super().__init__(mean, std, widths)
         del self.mean, self.std
-        self.mean, self.std = mean, std
-
-
-class PlainStdOnly(Movable):
-    def __init__(self, mean, std, widths):
-        super().__init__(mean, std, widths)
-        del self.std
-        self.std = std
-
-
-class ListOfLayers(Movable):
-    def __init__(self, mean, std, widths):
-        super().__init__(mean, std, widths)
-        layers = list(self.layers)
-        del self.layers
-        self.layers = layers
-
-
-class TupleOfLayers(Movable):
-    def __init__(self, mean, std, widths):
-        super().__init__(mean, std, widths)
-        layers = tuple(self.layers)
-        del self.layers
-        self.layers = layers
-
-
-class DictOfLayers(Movable):
-    def __init__(self, mean, std, widths):
-        super().__init__(mean, std, widths)
-        self.named = {str(i): layer for i, layer in enumerate(self.layers)}
-        del self.layers
+        self._mean, self._std = mean, std
 
     def forward(self, x):
-        x = (x - self.mean) / self.std
-        layers = list(self.named.values())
-        for layer in layers[:-1]:
+        x = (x - self._mean) / self._std
+        for layer in self.layers[:-1]:
             x = torch.relu(layer(x))
-        return layers[-1](x)
+        return self.layers[-1](x)
 
 
-class ConstantsAsParameters(Movable):
+class ToWithoutAssigning(LayersFixedOnly):
+    """Overrides .to() and calls tensor.to() without keeping the result."""
+
+    def to(self, *args, **kwargs):
+        super().to(*args, **kwargs)
+        self.mean.to(*args, **kwargs)
+        self.std.to(*args, **kwargs)
+        return self
+
+
+class BuffersAtFirstForward(LayersFixedOnly):
+    """Registers the buffers in the first forward: a .to() right after construction misses them."""
+
+    def __init__(self, mean, std, widths):
+        super().__init__(mean, std, widths)
+        del self.mean, self.std
+        self.pending = (mean, std)
+
+    def forward(self, x):
+        if "mean" not in self._buffers:
+            self.register_buffer("mean", self.pending[0])
+            self.register_buffer("std", self.pending[1])
+        return super().forward(x)
+
+
+class ConstantsAsParameters(ReverseLoop):
     def __init__(self, mean, std, widths):
         super().__init__(mean, std, widths)
         del self.mean, self.std
         self.mean, self.std = nn.Parameter(mean), nn.Parameter(std)
 
 
-class NotSaved(Movable):
+class NotSaved(ReverseLoop):
     def __init__(self, mean, std, widths):
         super().__init__(mean, std, widths)
         del self.mean, self.std
@@ -85,98 +198,157 @@ class NotSaved(Movable):
         self.register_buffer("std", std, persistent=False)
 
 
-class ReluAfterLast(Movable):
+class ReluAfterLast(ReverseLoop):
     def forward(self, x):
         x = (x - self.mean) / self.std
-        for layer in self.layers:
-            x = torch.relu(layer(x))
+        for fc in self.fcs:
+            x = torch.relu(fc(x))
         return x
 
 
-class CreatesOnCpu(Movable):
-    """Registers everything, but builds the divisor on the default device inside forward."""
+class MultipliesByStd(ReverseLoop):
+    def forward(self, x):
+        return super().forward((x - self.mean) * self.std * self.std + self.mean)  # (x - m) * s instead of / s
+
+
+class OnesCreatedInForward(ReverseLoop):
+    """Everything registered, but a tensor made inside forward on the default device."""
 
     def forward(self, x):
-        x = (x - self.mean) / self.std * torch.ones(x.shape[-1])
-        for layer in self.layers[:-1]:
-            x = torch.relu(layer(x))
-        return self.layers[-1](x)
+        return super().forward(x * torch.ones(x.shape[-1]))
 
 
-def test_movable_accepts_reference(capsys):
-    check_movable(Movable)
-    assert "passed" in capsys.readouterr().out
+class HardCodedCuda(ReverseLoop):
+    def __init__(self, mean, std, widths):
+        super().__init__(mean.cuda(), std.cuda(), widths)
 
 
-@pytest.mark.parametrize(
-    ("wrong", "hint"),
-    [
-        (PlainTensors, "plain tensor attribute"),
-        (PlainStdOnly, "std (plain tensor attribute)"),
-        (ListOfLayers, "layers (list of modules"),
-        (TupleOfLayers, "layers (tuple of modules"),
-        (DictOfLayers, "named (dict of modules"),
-        (ConstantsAsParameters, "not nn.Parameter"),
-        (NotSaved, "persistent"),
-        (ReluAfterLast, "none after the last"),
-        (CreatesOnCpu, "forward on a meta input fails"),
-    ],
-)
+class CudaDeviceInForward(ReverseLoop):
+    def forward(self, x):
+        return super().forward(x + torch.zeros(x.shape[-1], device=torch.device("cuda")))
+
+
+class OldSignature(ReverseLoop):
+    def __init__(self, mean, std):
+        super().__init__(mean, std, (4, 3))
+
+
+WRONG_MOVABLE = [
+    (Standardize, "cannot see inside layers (list of modules or tensors)"),
+    (LayersFixedOnly, "leaves mean (plain tensor attribute), std (plain tensor attribute) behind"),
+    (PlainStdOnly, "leaves std (plain tensor attribute) behind"),
+    (TupleOfLayers, "fcs (tuple of modules or tensors)"),
+    (DictOfLayers, "layers (dict of modules or tensors)"),
+    (UnderscorePlain, "_mean (plain tensor attribute)"),
+    (ToWithoutAssigning, "tensor.to() returns a new tensor"),
+    (BuffersAtFirstForward, "right after construction cannot see inside pending"),
+    (ConstantsAsParameters, "not nn.Parameter"),
+    (NotSaved, "persistent buffers"),
+    (ReluAfterLast, "none after the last"),
+    (MultipliesByStd, "(x - mean) / std"),
+    (OnesCreatedInForward, "created inside forward without device=x.device"),
+    (HardCodedCuda, "hard-coded device such as .cuda()"),
+    (CudaDeviceInForward, "hard-coded device such as .cuda()"),
+    (OldSignature, "the constructor takes (mean, std, widths)"),
+]
+
+
+@pytest.mark.parametrize("right", RIGHT_MOVABLE, ids=lambda c: c.__name__)
+def test_movable_accepts_right_answers(right):
+    assert outcome(check_movable, right) == ("passed", "")
+    assert outcome(check_movable, right, torch.device("cpu")) == ("passed", "")
+
+
+@pytest.mark.parametrize(("wrong", "hint"), WRONG_MOVABLE, ids=lambda w: getattr(w, "__name__", ""))
 def test_movable_rejects(wrong, hint):
-    with pytest.raises(ExerciseFailed, match=re.escape(hint)):
-        check_movable(wrong)
+    verdict, message = outcome(check_movable, wrong)
+    assert verdict == "failed"
+    assert hint in message, message
 
 
-def test_not_attempted(capsys):
-    class Stub(nn.Module):
-        def __init__(self, mean, std, widths):
-            super().__init__()
-
-        def forward(self, x):
-            raise NotImplementedError
-
-    check_movable(Stub)
-    assert "not attempted yet" in capsys.readouterr().out
+def test_movable_hint_does_not_quote_torch_for_a_device_error():
+    _, message = outcome(check_movable, OnesCreatedInForward)
+    assert "RuntimeError (tensors on two devices)" in message and "expected device" not in message
 
 
-def test_checks_leave_the_global_random_state_alone():
-    torch.manual_seed(123)
-    expected = torch.rand(3)
-    torch.manual_seed(123)
-    check_movable(Movable)
-    check_noise(Noise)
-    assert torch.equal(torch.rand(3), expected)
-
-
-def test_strays():
-    inner = nn.Module()
-    inner.scale = torch.ones(2)
-    outer = nn.Sequential(nn.Linear(2, 2))
-    outer.block = inner
-    outer.helpers = [nn.ReLU()]
-    outer.sizes = (1, 2)  # not tensors: fine
-    outer.register_buffer("fine", torch.zeros(1))
-    assert strays(outer) == ["helpers (list of modules or tensors)", "block.scale (plain tensor attribute)"]
-    assert strays(nn.Linear(2, 2)) == []
-    with pytest.raises(TypeError, match="module"):
-        strays([nn.Linear(2, 2)])
+def test_bad_device_argument_is_the_callers_error():
+    for check, answer in ((check_movable, ReverseLoop), (check_noise, NormalAroundX)):
+        with pytest.raises(TypeError, match="device"):
+            check(answer, 0)
+        with pytest.raises(ValueError, match="device"):
+            check(answer, "meta")
+        with pytest.raises(TypeError, match="device"):
+            outcome(check, answer, 0)
 
 
 # --- Exercise 2 · Noise that follows its input -------------------------------------------------------
 
 
-class Noise(nn.Module):
+class NormalAroundX(nn.Module):
+    """torch.normal(mean=x, std=sigma): one call, on x's device and dtype."""
+
     def __init__(self, sigma):
         super().__init__()
         self.sigma = sigma
 
     def forward(self, x):
-        return x + self.sigma * torch.randn_like(x) if self.training else x
+        return torch.normal(x, self.sigma) if self.training else x
+
+
+class FilledInPlace(nn.Module):
+    """A new empty tensor filled in place with normal_(0, sigma)."""
+
+    def __init__(self, sigma):
+        super().__init__()
+        self.sigma = float(sigma)
+
+    def forward(self, x):
+        if not self.training:
+            return x
+        return x + torch.empty_like(x).normal_(0.0, self.sigma)
+
+
+class SigmaBuffer(nn.Module):
+    """sigma as a 0-dim buffer; noise from factory keywords taken from x."""
+
+    def __init__(self, sigma):
+        super().__init__()
+        self.register_buffer("sigma", torch.tensor(sigma))
+
+    def forward(self, x):
+        if self.training:
+            x = x + self.sigma.to(x.dtype) * torch.randn(x.shape, device=x.device, dtype=x.dtype)
+        return x
+
+
+RIGHT_NOISE = [NormalAroundX, FilledInPlace, SigmaBuffer]
+
+
+class Noise(nn.Module):
+    """Base of the wrong answers below (the notebook's reference is not repeated here)."""
+
+    def __init__(self, sigma):
+        super().__init__()
+        self.sigma = sigma
 
 
 class NoiseOnDefaultDevice(Noise):
     def forward(self, x):
         return x + self.sigma * torch.randn(x.shape) if self.training else x
+
+
+class NormalOnDefaultDevice(Noise):
+    def forward(self, x):
+        return x + torch.normal(0.0, self.sigma, size=x.shape) if self.training else x
+
+
+class ToWithoutKeeping(Noise):
+    def forward(self, x):
+        if not self.training:
+            return x
+        noise = torch.randn(x.shape, dtype=x.dtype)
+        noise.to(x.device)  # the moved copy is thrown away
+        return x + self.sigma * noise
 
 
 class NoiseWrongDtype(Noise):
@@ -189,9 +361,28 @@ class NoiseAlways(Noise):
         return x + self.sigma * torch.randn_like(x)
 
 
+class EvalIsAMethod(Noise):
+    def forward(self, x):
+        if self.eval:  # a bound method: always true
+            return x
+        return x + self.sigma * torch.randn_like(x)
+
+
 class NoiseWithVariance(Noise):
     def forward(self, x):
         return x + self.sigma**2 * torch.randn_like(x) if self.training else x
+
+
+class UniformNoise(Noise):
+    """Right mean and std, wrong family."""
+
+    def forward(self, x):
+        return x + self.sigma * math.sqrt(12) * (torch.rand_like(x) - 0.5) if self.training else x
+
+
+class ShiftedNoise(Noise):
+    def forward(self, x):
+        return x + self.sigma * (torch.randn_like(x) + 1) if self.training else x
 
 
 class NoiseReplaces(Noise):
@@ -199,35 +390,112 @@ class NoiseReplaces(Noise):
         return self.sigma * torch.randn_like(x) if self.training else x
 
 
-def test_noise_accepts_reference(capsys):
-    check_noise(Noise)
-    assert "passed" in capsys.readouterr().out
+class NoiseSharedByRows(Noise):
+    def forward(self, x):
+        noise = torch.randn(x.shape[-1], device=x.device, dtype=x.dtype)
+        return x + self.sigma * noise if self.training else x
 
 
-@pytest.mark.parametrize(
-    ("wrong", "hint"),
-    [
-        (NoiseOnDefaultDevice, "x's device"),
-        (NoiseWrongDtype, "dtype"),
-        (NoiseAlways, "eval mode"),
-        (NoiseWithVariance, "std 0.5"),
-        (NoiseReplaces, "add the noise"),
-    ],
-)
+class SeededEveryCall(Noise):
+    def forward(self, x):
+        if not self.training:
+            return x
+        torch.manual_seed(0)
+        return x + self.sigma * torch.randn_like(x)
+
+
+class AddsInPlace(Noise):
+    def forward(self, x):
+        return x.add_(self.sigma * torch.randn_like(x)) if self.training else x
+
+
+class NoiseOnCuda(Noise):
+    def forward(self, x):
+        return x + self.sigma * torch.randn_like(x).cuda() if self.training else x
+
+
+class OneNumberPerRow(Noise):
+    """One draw per row, broadcast over the row (a single number for a 1-d input)."""
+
+    def forward(self, x):
+        noise = torch.randn(*x.shape[:-1], 1, device=x.device, dtype=x.dtype)
+        return x + self.sigma * noise if self.training else x
+
+
+WRONG_NOISE = [
+    (NoiseOnDefaultDevice, "created inside forward without device=x.device"),
+    (NormalOnDefaultDevice, "created inside forward without device=x.device"),
+    (ToWithoutKeeping, "created inside forward without device=x.device"),
+    (NoiseWrongDtype, "a bfloat16 input gave a float32 output"),
+    (NoiseAlways, "in eval mode (layer.eval()) return the input unchanged"),
+    (EvalIsAMethod, "self.eval is a method"),
+    (NoiseWithVariance, "std 0.5; got 0.250"),
+    (UniformNoise, "not normally distributed"),
+    (ShiftedNoise, "the noise must have mean 0; got 0.5"),
+    (NoiseReplaces, "add the noise to the input"),
+    (NoiseSharedByRows, "every element of a batch needs its own noise"),
+    (OneNumberPerRow, "sigma=0.5 must give noise of std 0.5; got 0.000"),
+    (SeededEveryCall, "fresh noise on every call"),
+    (AddsInPlace, "forward changed its input"),
+    (NoiseOnCuda, "hard-coded device such as .cuda()"),
+]
+
+
+@pytest.mark.parametrize("right", RIGHT_NOISE, ids=lambda c: c.__name__)
+def test_noise_accepts_right_answers(right):
+    assert outcome(check_noise, right) == ("passed", "")
+    assert outcome(check_noise, right, "cpu") == ("passed", "")
+
+
+@pytest.mark.parametrize(("wrong", "hint"), WRONG_NOISE, ids=lambda w: getattr(w, "__name__", ""))
 def test_noise_rejects(wrong, hint):
-    with pytest.raises(ExerciseFailed, match=hint):
-        check_noise(wrong)
+    verdict, message = outcome(check_noise, wrong)
+    assert verdict == "failed"
+    assert hint in message, message
+
+
+def test_checks_leave_the_global_random_state_alone():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    outcome(check_movable, ReverseLoop)
+    outcome(check_noise, SeededEveryCall)  # even an answer that reseeds
+    outcome(check_training_bytes, lambda model: 0)
+    assert torch.equal(torch.rand(3), expected)
 
 
 # --- Exercise 3 · Memory of a training step ----------------------------------------------------------
+# Right answers, each written differently from the notebook's reference (a loop with a copy count).
 
 
-def training_bytes(model):
+def by_nbytes(model):
+    trainable = sum(p.nbytes for p in model.parameters() if p.requires_grad)
+    return sum(p.nbytes for p in model.parameters()) + 3 * trainable
+
+
+def by_identity(model):
+    seen = {}
+    for _, p in model.named_parameters(remove_duplicate=False):
+        seen[id(p)] = p
+    return sum(p.numel() * p.element_size() * (1 + 3 * p.requires_grad) for p in seen.values())
+
+
+def by_bits(model):
+    def bytes_per_number(dtype):
+        return (torch.finfo(dtype).bits if dtype.is_floating_point else torch.iinfo(dtype).bits) // 8
+
     total = 0
     for p in model.parameters():
-        copies = 4 if p.requires_grad else 1  # value, gradient, exp_avg, exp_avg_sq
-        total += copies * p.numel() * p.element_size()
-    return total
+        size = p.numel() * bytes_per_number(p.dtype)
+        total += size + (3 * size if p.requires_grad else 0)
+    return int(total)
+
+
+RIGHT_BYTES = [by_nbytes, by_identity, by_bits]
+
+
+def sixteen_bytes_each(model):
+    return 16 * sum(p.numel() for p in model.parameters())
 
 
 def assumes_float32(model):
@@ -238,50 +506,222 @@ def ignores_frozen(model):
     return sum(4 * p.numel() * p.element_size() for p in model.parameters())
 
 
+def forgets_gradients(model):
+    return sum((3 if p.requires_grad else 1) * p.nbytes for p in model.parameters())
+
+
+def forgets_adam(model):
+    return sum((2 if p.requires_grad else 1) * p.nbytes for p in model.parameters())
+
+
+def counts_repeats(model):
+    return sum((4 if p.requires_grad else 1) * p.nbytes for _, p in model.named_parameters(remove_duplicate=False))
+
+
+def counts_buffers(model):
+    return by_nbytes(model) + sum(b.nbytes for b in model.buffers())
+
+
 def counts_state_dict(model):
     return sum(4 * t.numel() * t.element_size() for t in model.state_dict().values())
 
 
+def counts_bits(model):
+    return 8 * by_nbytes(model)
+
+
+def reads_the_gradients(model):
+    return sum(p.nbytes + p.grad.nbytes + 2 * p.nbytes for p in model.parameters())
+
+
 def returns_float(model):
-    return float(training_bytes(model))
+    return float(by_nbytes(model))
 
 
-def test_training_bytes_accepts_reference(capsys):
-    check_training_bytes(training_bytes)
-    assert "passed" in capsys.readouterr().out
+def returns_megabytes(model):
+    return by_nbytes(model) / 2**20
 
 
-@pytest.mark.parametrize(
-    ("wrong", "hint"),
-    [
-        (assumes_float32, "float64"),
-        (ignores_frozen, "frozen"),
-        (counts_state_dict, "frozen"),
-        (returns_float, "return an int"),
-    ],
-)
+WRONG_BYTES = [
+    (sixteen_bytes_each, "for the same MLP with its first layer frozen: 1056 bytes"),
+    (assumes_float32, "each number takes its dtype's size"),
+    (ignores_frozen, "frozen parameters (requires_grad=False) get no gradient and no Adam state"),
+    (forgets_gradients, "the gradients are missing"),
+    (forgets_adam, "Adam's two running averages are missing"),
+    (counts_repeats, "a layer used twice holds its parameters once"),
+    (counts_buffers, "buffers (such as BatchNorm's running statistics) are not trained"),
+    (counts_state_dict, "frozen parameters"),
+    (counts_bits, "count bytes, not bits"),
+    (reads_the_gradients, "p.grad is None"),
+    (returns_float, "return an int (bytes); got float (use integer arithmetic"),
+    (returns_megabytes, "return an int (bytes); got float"),
+]
+
+
+@pytest.mark.parametrize("right", RIGHT_BYTES, ids=lambda f: f.__name__)
+def test_training_bytes_accepts_right_answers(right):
+    assert outcome(check_training_bytes, right) == ("passed", "")
+
+
+@pytest.mark.parametrize(("wrong", "hint"), WRONG_BYTES, ids=lambda w: getattr(w, "__name__", ""))
 def test_training_bytes_rejects(wrong, hint):
-    with pytest.raises(ExerciseFailed, match=hint):
-        check_training_bytes(wrong)
+    verdict, message = outcome(check_training_bytes, wrong)
+    assert verdict == "failed"
+    assert hint in message, message
+
+
+def test_training_bytes_hint_breaks_the_total_down():
+    _, message = outcome(check_training_bytes, forgets_gradients)
+    assert "for a float32 MLP: 792 bytes, but one Adam step holds 1056 = 264 (parameters) + 264 (gradients)" in message
 
 
 def test_each_trap_is_caught_on_its_own():
-    """Without frozen layers in the way, counting the state_dict still fails (tied weights, buffers)."""
+    """With the frozen case out of the way, counting the state_dict still fails (tied weights, buffers)."""
 
     def frozen_aware(count):
         def fn(model):
             if any(not p.requires_grad for p in model.parameters()):
-                return training_bytes(model)
+                return by_nbytes(model)
             return count(model)
 
         return fn
 
-    with pytest.raises(ExerciseFailed, match="uses one layer twice"):
-        check_training_bytes(frozen_aware(counts_state_dict))
+    assert "uses one layer twice" in outcome(check_training_bytes, frozen_aware(counts_state_dict))[1]
 
-    def tied_aware(model):  # counts the state_dict but without duplicates: still counts the buffers
+    def tied_aware(model):  # counts the state_dict without duplicates: still counts the buffers
         unique = {t.data_ptr(): t for t in model.state_dict().values()}
         return sum(4 * t.numel() * t.element_size() for t in unique.values())
 
-    with pytest.raises(ExerciseFailed, match="BatchNorm"):
-        check_training_bytes(frozen_aware(tied_aware))
+    assert "with BatchNorm buffers" in outcome(check_training_bytes, frozen_aware(tied_aware))[1]
+
+
+# --- every exercise: the stub, and the learner's own errors ------------------------------------------
+
+
+class MovableStub(nn.Module):
+    def __init__(self, mean, std, widths):
+        super().__init__()
+
+    def forward(self, x):
+        raise NotImplementedError("your code here")
+
+
+class NoiseStub(nn.Module):
+    def __init__(self, sigma):
+        super().__init__()
+
+    def forward(self, x):
+        raise NotImplementedError("your code here")
+
+
+def bytes_stub(model):
+    raise NotImplementedError("your code here")
+
+
+@pytest.mark.parametrize(
+    ("check", "stub"), [(check_movable, MovableStub), (check_noise, NoiseStub), (check_training_bytes, bytes_stub)]
+)
+def test_only_the_stub_is_not_attempted(check, stub, capsys):
+    assert outcome(check, stub) == ("not attempted", "")
+    check(stub)
+    assert "not attempted yet" in capsys.readouterr().out
+
+
+def test_a_learners_own_not_implemented_error_is_a_hint():
+    class HalfDone(Noise):
+        def forward(self, x):
+            raise NotImplementedError  # not the stub's message
+
+    verdict, message = outcome(check_noise, HalfDone)
+    assert verdict == "failed" and "raised NotImplementedError" in message
+
+
+def test_a_module_without_forward_is_explained():
+    class Misspelt(Noise):
+        def foward(self, x):
+            return x
+
+    verdict, message = outcome(check_noise, Misspelt)
+    assert verdict == "failed" and "spelling" in message
+
+
+# --- helpers used by the chapter ----------------------------------------------------------------------
+
+
+def test_strays():
+    inner = nn.Module()
+    inner.scale = torch.ones(2)
+    outer = nn.Sequential(nn.Linear(2, 2))
+    outer.block = inner
+    outer.helpers = [nn.ReLU()]
+    outer.sizes = (1, 2)  # not tensors: fine
+    outer._cache = torch.zeros(2)  # an underscore does not hide it
+    outer.register_buffer("fine", torch.zeros(1))
+    assert strays(outer) == [
+        "helpers (list of modules or tensors)",
+        "_cache (plain tensor attribute)",
+        "block.scale (plain tensor attribute)",
+    ]
+    assert strays(nn.Linear(2, 2)) == []
+    assert strays(nn.BatchNorm1d(3)) == []
+    with pytest.raises(TypeError, match="module"):
+        strays([nn.Linear(2, 2)])
+
+
+@pytest.mark.parametrize(
+    ("nbytes", "block", "segment"),
+    [
+        (0, 0, 0),
+        (1, 512, 2 * MiB),
+        (512, 512, 2 * MiB),
+        (513, 1024, 2 * MiB),
+        (4000, 4096, 2 * MiB),
+        (MiB, MiB, 2 * MiB),
+        (MiB + 1, MiB + 512, 20 * MiB),
+        (10 * MiB - 512, 10 * MiB - 512, 20 * MiB),
+        (10 * MiB, 10 * MiB, 10 * MiB),
+        (100 * MiB + 4, 100 * MiB + 512, 102 * MiB),
+    ],
+)
+def test_allocator_rounding(nbytes, block, segment):
+    assert allocator_block_bytes(nbytes) == block
+    assert allocator_segment_bytes(nbytes) == segment
+    assert block % ALLOCATOR_BLOCK == 0 and nbytes <= block < nbytes + ALLOCATOR_BLOCK
+
+
+def test_allocator_bad_input_is_named():
+    with pytest.raises(ValueError, match="nbytes"):
+        allocator_block_bytes(-1)
+    with pytest.raises(TypeError, match="nbytes"):
+        allocator_segment_bytes(1.5)
+
+
+def test_adam_step_peak_counts_five_tensors_per_parameter():
+    # The chapter's GPU model: Linear(1024, 4096) -> ReLU -> Linear(4096, 1024), a batch of 256.
+    numels = [4096 * 1024, 4096, 1024 * 4096, 1024]
+    batch = [256 * 1024 * 4, 256 * 8]
+    peak = adam_step_peak(numels, 4, batch)
+    params = 4 * sum(numels)  # every size is a multiple of 512 bytes: no rounding
+    assert peak == {
+        "parameters": params,
+        "gradients": params,
+        "Adam state": 2 * params,
+        "Adam's temporary": params,
+        "others": 256 * 1024 * 4 + 2048,
+    }
+    assert sum(peak.values()) == 5 * params + 256 * 1024 * 4 + 2048
+    # Forgetting any of the four parameter-sized terms moves the total by at least 32 MiB, far more
+    # than the 8 MiB the chapter's GPU cell allows for the allocator's leftovers.
+    assert min(peak[k] for k in ("parameters", "gradients", "Adam's temporary")) > 32 * MiB - 1
+    # Rounding: a 3-number float32 bias books a 512-byte block in each of the five roles.
+    assert sum(adam_step_peak([3]).values()) == 5 * 512
+    assert adam_step_peak([3], element_size=8)["Adam state"] == 2 * 512
+
+
+def test_adam_step_peak_bad_input_is_named():
+    with pytest.raises(ValueError, match="element_size"):
+        adam_step_peak([3], element_size=0)
+    with pytest.raises(TypeError, match=r"param_numels\[i\]"):
+        adam_step_peak([3.0])
+    with pytest.raises(ValueError, match=r"others\[i\]"):
+        adam_step_peak([3], others=[-1])

@@ -12,7 +12,13 @@ Two steps, kept apart so that tests and the chapter can feed simulated machines 
 * :func:`advice` and :func:`render` turn any :class:`Facts` into advice and a readable report.
 
 Only :func:`gather` touches the hardware. On a machine with a GPU it initialises CUDA (to read device
-names and memory), which is why this module is not imported by ``utils/__init__.py``.
+names and memory), which is why this module is not imported by ``utils/__init__.py``. Which devices count
+as GPUs, and which one the course picks, come from :mod:`utils.devices` (``GPU_TYPES``, ``gpu_type``,
+``num_gpus``, ``try_gpu``), so the doctor and the notebooks cannot disagree.
+
+Used by: chapter 06 (section "Which torch is this?", which runs it in the notebook and feeds it simulated
+machines) and the course map (chapter 00), which points learners to the command; tested in
+``tests/test_doctor.py`` on machines simulated with :func:`utils.fake_gpus.fake_gpus`.
 """
 
 from __future__ import annotations
@@ -29,12 +35,13 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["BUILDS", "GPU_KINDS", "Accelerator", "Facts", "advice", "gather", "main", "render"]
+from utils._validate import check_int
+from utils.devices import GPU_TYPES, gpu_type, num_gpus
+
+__all__ = ["BUILDS", "Accelerator", "Facts", "advice", "gather", "main", "render"]
 
 #: What :attr:`Facts.build` can be: how this torch was compiled.
 BUILDS = ("CPU", "CUDA", "ROCm", "XPU")
-#: Accelerator types that count as a GPU (the same as ``utils.devices.GPU_TYPES``).
-GPU_KINDS = ("cuda", "xpu", "mps")
 
 _INSTALL_PAGE = "https://pytorch.org/get-started/locally/"
 _WHEELS = "https://download.pytorch.org/whl/"
@@ -53,8 +60,13 @@ class Accelerator:
     total_memory: int | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.index, bool) or not isinstance(self.index, int) or self.index < 0:
-            raise ValueError(f"index must be an int >= 0, got {self.index!r}")
+        if not isinstance(self.kind, str) or not self.kind:
+            raise TypeError(f"kind must be a non-empty str such as 'cuda', got {self.kind!r}")
+        check_int(self.index, "index")
+        if not isinstance(self.name, str):
+            raise TypeError(f"name must be a str, got {type(self.name).__name__}")
+        if self.total_memory is not None:
+            check_int(self.total_memory, "total_memory")
 
     def __str__(self) -> str:
         memory = "" if self.total_memory is None else f", {self.total_memory / 2**30:.1f} GiB"
@@ -98,24 +110,37 @@ class Facts:
     warnings: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        for name in ("python", "platform", "torch"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(f"{name} must be a str, got {type(getattr(self, name)).__name__}")
         if self.build not in BUILDS:
             raise ValueError(f"build must be one of {BUILDS}, got {self.build!r}")
+        for name in ("cuda", "hip", "cuda_visible_devices"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{name} must be a str or None, got {value!r}")
+        if self.cudnn is not None:
+            check_int(self.cudnn, "cudnn")
+        for name in ("mps_built", "mps_available"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
         for name in ("accelerators", "nvidia_evidence", "amd_evidence", "warnings"):
             if not isinstance(getattr(self, name), tuple):
                 raise TypeError(f"{name} must be a tuple, got {type(getattr(self, name)).__name__}")
         if not all(isinstance(a, Accelerator) for a in self.accelerators):
             raise TypeError("accelerators must hold Accelerator objects")
-        if self.cuda_visible_devices is not None and not isinstance(self.cuda_visible_devices, str):
-            raise TypeError(f"cuda_visible_devices must be a str or None, got {self.cuda_visible_devices!r}")
+        for name in ("nvidia_evidence", "amd_evidence", "warnings"):
+            if not all(isinstance(item, str) for item in getattr(self, name)):
+                raise TypeError(f"{name} must hold str")
 
     @property
     def gpus(self) -> tuple[Accelerator, ...]:
-        """The accelerators that are GPUs (what ``utils.try_all_gpus`` would return, minus the CPU)."""
-        return tuple(a for a in self.accelerators if a.kind in GPU_KINDS)
+        """The accelerators that are GPUs (``utils.devices.GPU_TYPES``): what ``try_all_gpus()`` lists."""
+        return tuple(a for a in self.accelerators if a.kind in GPU_TYPES)
 
     @property
     def device(self) -> str:
-        """The device the course's ``try_gpu()`` picks: the first GPU, else ``'cpu'``."""
+        """The device ``utils.devices.try_gpu()`` picks on this machine: the first GPU, else ``'cpu'``."""
         return f"{self.gpus[0].kind}:{self.gpus[0].index}" if self.gpus else "cpu"
 
 
@@ -131,25 +156,32 @@ def _build() -> str:
     return "CPU"
 
 
-def _accelerators() -> tuple[Accelerator, ...]:
-    if not torch.accelerator.is_available():
-        return ()
-    current = torch.accelerator.current_accelerator()
-    if current is None:
-        return ()
-    kind = current.type
-    count = torch.accelerator.device_count()
-    if kind == "mps":
-        memory = torch.mps.recommended_max_memory() if hasattr(torch.mps, "recommended_max_memory") else None
-        return (Accelerator("mps", 0, "Apple GPU (MPS)", memory),)
-    backend = getattr(torch, kind, None)
-    found = []
-    for i in range(count):
-        props = backend.get_device_properties(i) if hasattr(backend, "get_device_properties") else None
-        name = getattr(props, "name", kind)
+def _describe(kind: str, index: int, caught: list[str]) -> Accelerator:
+    """Name and memory of one device; a failing probe is recorded in ``caught``, not raised."""
+    if kind == "mps":  # one Apple GPU; older releases cannot tell its memory
+        try:
+            memory = int(torch.mps.recommended_max_memory())
+        except Exception:
+            memory = None
+        return Accelerator("mps", index, "Apple GPU (MPS)", memory)
+    try:
+        props = getattr(torch, kind).get_device_properties(index)
         memory = getattr(props, "total_memory", None)
-        found.append(Accelerator(kind, i, str(name), memory))
-    return tuple(found)
+        return Accelerator(kind, index, str(getattr(props, "name", kind)), None if memory is None else int(memory))
+    except Exception as err:  # a half-working driver must not stop the report
+        caught.append(f"reading the name of {kind}:{index} failed: {type(err).__name__}: {err}")
+        return Accelerator(kind, index, "name unavailable")
+
+
+def _accelerators(caught: list[str]) -> tuple[Accelerator, ...]:
+    """The GPUs ``utils.devices`` sees, or the devices of a non-GPU accelerator, in index order."""
+    kind, count = gpu_type(), num_gpus()
+    if kind is None and torch.accelerator.is_available():  # an accelerator that is not a GPU (HPU, MTIA...)
+        current = torch.accelerator.current_accelerator()
+        kind, count = (current.type, torch.accelerator.device_count()) if current is not None else (None, 0)
+    if kind is None:
+        return ()
+    return tuple(_describe(kind, i, caught) for i in range(count))
 
 
 def gather(
@@ -166,11 +198,14 @@ def gather(
     environ = os.environ if environ is None else environ
     if not isinstance(environ, Mapping):
         raise TypeError(f"environ must be a mapping, got {type(environ).__name__}")
+    for name, value in (("which", which), ("exists", exists)):
+        if not callable(value):
+            raise TypeError(f"{name} must be callable, got {type(value).__name__}")
     caught: list[str] = []
     with warnings.catch_warnings(record=True) as records:
         warnings.simplefilter("always")
         try:
-            accelerators = _accelerators()
+            accelerators = _accelerators(caught)
         except Exception as err:  # a broken driver must not stop the report
             accelerators = ()
             caught.append(f"probing the accelerators failed: {type(err).__name__}: {err}")
@@ -330,10 +365,7 @@ def advice(facts: Facts) -> list[str]:
 def render(facts: Facts, width: int = 100) -> str:
     """A readable report of ``facts``: one line per fact, then the advice. ASCII only."""
     f = _check_facts(facts)
-    if isinstance(width, bool) or not isinstance(width, int):
-        raise TypeError(f"width must be an int, got {width!r}")
-    if width < 40:
-        raise ValueError(f"width must be at least 40, got {width}")
+    width = check_int(width, "width", 40)
     build = {"CPU": "CPU only", "CUDA": f"CUDA {f.cuda}", "ROCm": f"ROCm {f.hip}", "XPU": "Intel XPU"}[f.build]
     if f.accelerators:
         devices = [str(a) for a in f.accelerators]
@@ -371,6 +403,8 @@ def render(facts: Facts, width: int = 100) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the report for this machine; always returns 0 (the report is the result)."""
+    if argv is not None and (not isinstance(argv, (list, tuple)) or not all(isinstance(a, str) for a in argv)):
+        raise TypeError(f"argv must be a list of str or None, got {argv!r}")
     parser = argparse.ArgumentParser(prog="python -m utils.doctor", description=__doc__.split("\n")[0])
     parser.parse_args(argv)
     print(render(gather()))

@@ -1,48 +1,197 @@
-"""Checks for chapter 06 · GPU placement and device pitfalls.
+"""Checks and helpers for chapter 06 · GPU placement and device pitfalls.
 
 Every check runs on the CPU: the ``meta`` device (shapes and dtypes, no data) stands in for a second
-device, and dtype conversion shows what ``.to()`` reaches.
+device, and dtype conversion shows what ``.to()`` reaches. The checks of exercises 1 and 2 also take the
+notebook's ``device`` and run the answer there, so on a GPU machine the answer is tried on the GPU too.
+
+The chapter's cells use three helpers from here, and ``tests/test_exercises_ch06.py`` checks them on the
+CPU: :func:`strays` (what ``.to()`` cannot reach), :func:`allocator_block_bytes` and
+:func:`allocator_segment_bytes` (the CUDA caching allocator's rounding rules), and :func:`adam_step_peak`
+(what one foreach Adam step holds at its peak, the formula of the chapter's GPU memory cell).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from utils.checks import exercise, expect
+from utils._validate import check_int
+from utils.checks import ExerciseFailed, exercise, expect, learner_code
 
-__all__ = ["check_movable", "check_noise", "check_training_bytes", "strays"]
+__all__ = [
+    "ALLOCATOR_BLOCK",
+    "adam_step_peak",
+    "allocator_block_bytes",
+    "allocator_segment_bytes",
+    "check_movable",
+    "check_noise",
+    "check_training_bytes",
+    "strays",
+]
 
 META = torch.device("meta")
+CPU = torch.device("cpu")
+MiB = 2**20
+
+# --- helpers the chapter uses -----------------------------------------------------------------------
+
+
+@functools.cache
+def _module_internals() -> frozenset[str]:
+    """The attributes every ``nn.Module`` keeps in its ``__dict__`` (registries of parameters, hooks...)."""
+    return frozenset(vars(nn.Module()))
 
 
 def strays(module: nn.Module) -> list[str]:
     """Attributes that ``module.to()`` cannot reach: plain tensors and containers of modules or tensors.
 
     Walks every registered sub-module and returns names such as ``'mean (plain tensor attribute)'`` or
-    ``'block.layers (list of modules or tensors)'``. An empty list means ``.to()`` moves everything the
-    modules hold as attributes.
+    ``'block.layers (list of modules or tensors)'``, in the order the attributes were set. An empty list
+    means ``.to()`` moves everything the modules hold as attributes. ``nn.Module``'s own registries
+    (``_parameters``, ``_buffers``, ``_modules``, the hooks) are not strays; a learner's ``self._mean``
+    is.
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"module must be an nn.Module, got {type(module).__name__}")
+    internal = _module_internals()
     found = []
     for prefix, sub in module.named_modules():
         for name, value in vars(sub).items():
-            if name.startswith("_"):
-                continue  # nn.Module's own registries (_parameters, _buffers, _modules, hooks)
+            if name in internal:
+                continue
             where = f"{prefix}.{name}" if prefix else name
             if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
                 found.append(f"{where} (plain tensor attribute)")
-            elif isinstance(value, (list, tuple, set, dict)):
+            elif isinstance(value, (list, tuple, set, frozenset, dict)):
                 items = value.values() if isinstance(value, dict) else value
                 if any(isinstance(v, (nn.Module, torch.Tensor)) for v in items):
                     found.append(f"{where} ({type(value).__name__} of modules or tensors)")
     return found
+
+
+#: The CUDA caching allocator rounds every request up to a multiple of this many bytes.
+ALLOCATOR_BLOCK = 512
+_SMALL_REQUEST = 1 * MiB  # requests up to 1 MiB share 2 MiB segments ("small pool")
+_SMALL_SEGMENT = 2 * MiB
+_MEDIUM_REQUEST = 10 * MiB  # requests below 10 MiB get a 20 MiB segment
+_MEDIUM_SEGMENT = 20 * MiB
+_LARGE_ROUNDING = 2 * MiB  # larger requests get a segment of their own, rounded up to 2 MiB
+
+
+def allocator_block_bytes(nbytes: int) -> int:
+    """What ``torch.cuda.memory_allocated()`` grows by when a tensor of ``nbytes`` bytes is created.
+
+    The caching allocator rounds each request up to a multiple of :data:`ALLOCATOR_BLOCK` (512) bytes;
+    an empty tensor allocates nothing. These are the defaults: ``PYTORCH_CUDA_ALLOC_CONF`` can change
+    them (``roundup_power2_divisions``, ``expandable_segments``).
+
+    >>> allocator_block_bytes(4), allocator_block_bytes(512), allocator_block_bytes(513)
+    (512, 512, 1024)
+    """
+    nbytes = check_int(nbytes, "nbytes")
+    return -(-nbytes // ALLOCATOR_BLOCK) * ALLOCATOR_BLOCK
+
+
+def allocator_segment_bytes(nbytes: int) -> int:
+    """What ``torch.cuda.memory_reserved()`` grows by for a request of ``nbytes`` that the cache cannot serve.
+
+    The allocator then asks the driver (``cudaMalloc``) for a whole segment and keeps the rest of it for
+    later requests: 2 MiB for requests up to 1 MiB, 20 MiB for requests below 10 MiB, and for larger
+    ones the request rounded up to a multiple of 2 MiB. Defaults, as for :func:`allocator_block_bytes`.
+
+    >>> allocator_segment_bytes(4) // 2**20, allocator_segment_bytes(3 * 2**20) // 2**20
+    (2, 20)
+    """
+    size = allocator_block_bytes(nbytes)
+    if size == 0:
+        return 0
+    if size <= _SMALL_REQUEST:
+        return _SMALL_SEGMENT
+    if size < _MEDIUM_REQUEST:
+        return _MEDIUM_SEGMENT
+    return -(-size // _LARGE_ROUNDING) * _LARGE_ROUNDING
+
+
+def adam_step_peak(param_numels: Iterable[int], element_size: int = 4, others: Iterable[int] = ()) -> dict[str, int]:
+    """Bytes allocated at the peak of one ``torch.optim.Adam(..., foreach=True)`` step, term by term.
+
+    ``param_numels`` are the sizes of the trainable parameters, ``element_size`` their bytes per number,
+    ``others`` the byte sizes of other tensors alive during the step (the batch). At the peak, inside
+    ``optimizer.step()``, every parameter has its value, its gradient, Adam's two running averages and
+    the temporary ``sqrt(exp_avg_sq)`` that the foreach implementation computes for all parameters at
+    once: five tensors of its size, each rounded by :func:`allocator_block_bytes`. Activations are
+    already freed by then (``backward`` released them). Returns ``{"parameters", "gradients",
+    "Adam state", "Adam's temporary", "others"}``; the peak is the sum. Not counted here: what the
+    process held before (the cuBLAS workspace among it), which the chapter measures as a baseline.
+    """
+    element_size = check_int(element_size, "element_size", 1)
+    numels = [check_int(n, "param_numels[i]") for n in param_numels]
+    blocks = sum(allocator_block_bytes(n * element_size) for n in numels)
+    return {
+        "parameters": blocks,
+        "gradients": blocks,
+        "Adam state": 2 * blocks,
+        "Adam's temporary": blocks,
+        "others": sum(allocator_block_bytes(check_int(b, "others[i]")) for b in others),
+    }
+
+
+# --- shared by the checks ---------------------------------------------------------------------------
+
+_CUDA = re.compile(r"cuda|nvidia", re.IGNORECASE)
+_HARD_CODED = (
+    "a hard-coded device such as .cuda() or device='cuda' (torch.device('cuda') fails where there is no "
+    "GPU, and elsewhere puts tensors where the caller did not ask): take the device from the input "
+    "(x.device) or leave it to .to(device)"
+)
+
+
+@contextlib.contextmanager
+def _calling(what: str, hint: str, on: torch.device = CPU) -> Iterator[None]:
+    """:func:`learner_code` that recognises a hard-coded CUDA device in the error.
+
+    ``on`` is the device of the check's inputs: when it is not a CUDA device, an error that mentions
+    CUDA comes from the learner's code asking for CUDA by itself.
+    """
+    try:
+        yield
+    except ExerciseFailed:
+        raise
+    except Exception as err:
+        if on.type != "cuda" and _CUDA.search(f"{type(err).__name__}: {err}"):
+            hint = _HARD_CODED
+        with learner_code(what, hint):
+            raise err from None
+
+
+def _device_arg(device: object) -> torch.device:
+    if device is None:
+        return CPU
+    if isinstance(device, str):
+        device = torch.device(device)
+    if not isinstance(device, torch.device):
+        raise TypeError(f"device must be a torch.device, a str or None, got {type(device).__name__}")
+    if device.type == "meta":
+        raise ValueError("device must hold data, such as the notebook's `device` (the check tries 'meta' itself)")
+    return device
+
+
+def _takes_device(run: Callable[..., None]) -> Callable[..., None]:
+    """Check the ``device`` argument before the exercise runs, so a bad one is the caller's error."""
+
+    @functools.wraps(run)
+    def checked(answer: object, device: torch.device | str | None = None) -> None:
+        return run(answer, _device_arg(device))
+
+    checked.judge = lambda answer, device=None: run.judge(answer, _device_arg(device))  # type: ignore[attr-defined]
+    return checked
 
 
 def _own_rng(check: Callable[..., None]) -> Callable[..., None]:
@@ -51,10 +200,33 @@ def _own_rng(check: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(check)
     def run(*args, **kwargs) -> None:
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(6)
+            torch.default_generator.manual_seed(6)
             check(*args, **kwargs)
 
     return run
+
+
+@contextlib.contextmanager
+def _device_rng_kept(device: torch.device) -> Iterator[None]:
+    """Keep the random state of a CUDA ``device`` too, where the learner's code may draw numbers."""
+    if device.type == "cuda":
+        with torch.random.fork_rng(devices=[device.index or 0]):
+            yield
+    else:
+        yield
+
+
+def _elsewhere_hint(err: Exception, what: str) -> str:
+    """A hint for an error raised on a ``meta`` input, without quoting PyTorch's wording."""
+    if "device" in str(err):
+        return (
+            f"{what} raised {type(err).__name__} (tensors on two devices): a tensor it uses stayed on the "
+            "CPU, created inside forward without device=x.device, or kept where .to() cannot see it"
+        )
+    return (
+        f"{what} raised {type(err).__name__}: {err}. Likely cause: forward must work on any device; "
+        "reading values into Python (.item(), .tolist(), .numpy()) cannot run on the 'meta' device"
+    )
 
 
 # --- Exercise 1 ------------------------------------------------------------------------------------
@@ -68,39 +240,75 @@ def _standardized_mlp(x, mean, std, linears):
     return h
 
 
+def _overrides_to(model: nn.Module) -> bool:
+    return any(getattr(type(model), name) is not getattr(nn.Module, name) for name in ("to", "_apply"))
+
+
+@_takes_device
 @exercise("Exercise 1 · Make .to() move everything")
 @_own_rng
-def check_movable(cls: type[nn.Module]) -> None:
+def check_movable(cls: type[nn.Module], device: torch.device | str | None = None) -> None:
     """``cls(mean, std, widths)``: standardise with constant ``mean``/``std``, then Linear layers.
 
     ``forward(x)`` computes ``(x - mean) / std`` and feeds it through ``Linear(widths[0], widths[1])``,
-    ``Linear(widths[1], widths[2])``, ... with a ReLU between layers (none after the last). After
-    ``.to(device)`` or ``.to(dtype)`` every tensor the module uses must have moved.
+    ``Linear(widths[1], widths[2])``, ... with a ReLU between layers (none after the last). Right after
+    construction, ``.to(device)`` or ``.to(dtype)`` must move every tensor the module uses, and ``mean``
+    and ``std`` are buffers saved in the ``state_dict``. ``device`` (default: the CPU) is where the
+    answer is also run and compared with its CPU output.
     """
     mean = torch.tensor([1.0, -2.0, 0.5, 3.0])
     std = torch.tensor([0.5, 2.0, 1.0, 4.0])
     widths = (4, 8, 6, 3)
-    model = cls(mean.clone(), std.clone(), widths)
+    built = f"building cls(mean, std, widths={widths})"
+    ctor_hint = "the constructor takes (mean, std, widths) and calls super().__init__() first"
+    with _calling(built, ctor_hint):
+        model = cls(mean.clone(), std.clone(), widths)
     expect(isinstance(model, nn.Module), "the class must subclass nn.Module")
-    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(0))
-    y = model(x)
+
+    # Right after construction, before any forward: where is everything, and can .to() reach it?
+    placed = sorted({t.device.type for t in [*model.parameters(), *model.buffers()]} - {"cpu"})
     expect(
-        isinstance(y, torch.Tensor) and y.shape == (5, 3),
-        f"widths {widths} on a batch of 5 give shape (5, 3); got {getattr(y, 'shape', type(y))}",
+        not placed,
+        f"right after construction some tensors are on {placed[0] if placed else ''}, but mean and std "
+        f"arrived on the CPU: {_HARD_CODED}",
     )
     left = strays(model)
     lists = [s for s in left if "of modules or tensors" in s]
     plain = [s for s in left if "plain tensor" in s]
-    expect(not lists, f".to() cannot see inside {', '.join(lists)}: keep the layers in an nn.ModuleList")
-    expect(not plain, f".to() leaves {', '.join(plain)} behind: use self.register_buffer(name, tensor)")
-    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
     expect(
-        [(m.in_features, m.out_features) for m in linears] == list(zip(widths, widths[1:], strict=False)),
-        f"expected registered Linear layers {list(zip(widths, widths[1:], strict=False))}, "
-        f"found {[(m.in_features, m.out_features) for m in linears]}",
+        not lists,
+        f".to() right after construction cannot see inside {', '.join(lists)}: keep the layers in an "
+        "nn.ModuleList (or nn.Sequential / nn.ModuleDict) and the constants in buffers",
+    )
+    overridden = (
+        " Overriding .to() does not fix it: tensor.to() returns a new tensor (the result must be kept), "
+        "and .cuda(), .double() and .half() do not call .to() at all."
+        if _overrides_to(model)
+        else ""
     )
     expect(
-        torch.allclose(y, _standardized_mlp(x, mean, std, linears), atol=1e-6),
+        not plain,
+        f".to() right after construction leaves {', '.join(plain)} behind: use "
+        f"self.register_buffer(name, tensor).{overridden}",
+    )
+
+    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(0))
+    with _calling("calling the model on a (5, 4) batch", "forward(self, x) standardises x, then runs the layers"):
+        y = model(x)
+    expect(
+        isinstance(y, torch.Tensor) and y.shape == (5, 3),
+        f"widths {widths} on a batch of 5 give shape (5, 3); got {getattr(y, 'shape', type(y).__name__)}",
+    )
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    want_layers = list(zip(widths, widths[1:], strict=False))
+    expect(
+        [(m.in_features, m.out_features) for m in linears] == want_layers,
+        f"expected registered Linear layers {want_layers}, found {[(m.in_features, m.out_features) for m in linears]}",
+    )
+    with torch.no_grad():
+        expected = _standardized_mlp(x, mean, std, linears)
+    expect(
+        torch.allclose(y, expected, atol=1e-6),
         "forward must compute (x - mean) / std, then the layers with a ReLU between them (none after the last)",
     )
     expect(
@@ -111,71 +319,154 @@ def check_movable(cls: type[nn.Module]) -> None:
     expect(
         any(t.shape == mean.shape and torch.equal(t, mean) for t in saved)
         and any(t.shape == std.shape and torch.equal(t, std) for t in saved),
-        "mean and std must be saved with the model: register them as persistent buffers (persistent=True)",
+        "mean and std must be saved with the model: register them as persistent buffers (the default, "
+        "persistent=True)",
     )
 
-    moved = model.to(META)
+    with _calling("model.to('meta')", "do not override .to(); register tensors so that nn.Module moves them"):
+        moved = model.to(META)
     expect(moved is model, ".to() on a module must return the module itself")
     behind = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.device != META]
     expect(not behind, f"after .to('meta') these stayed behind: {behind}")
     try:
         out = model(torch.empty(7, 4, device=META))
-    except (RuntimeError, NotImplementedError) as err:  # a stub failed earlier, on the CPU input
-        expect(False, f"after .to('meta'), forward on a meta input fails ({err}): a tensor stayed on the CPU")
-    expect(out.device == META and out.shape == (7, 3), "after .to('meta') the output must be on 'meta'")
+    except Exception as err:
+        expect(False, _elsewhere_hint(err, "after .to('meta'), forward on a meta input"))
+    expect(
+        isinstance(out, torch.Tensor) and out.device == META and out.shape == (7, 3),
+        "after .to('meta') the output of a meta input must be on 'meta'",
+    )
 
-    wide = cls(mean.clone(), std.clone(), widths).to(torch.float64)
+    with _calling(built, ctor_hint):
+        fresh = cls(mean.clone(), std.clone(), widths)
+    with torch.no_grad():
+        reference = fresh(x)
+        with _calling(f"running the model on {device} after .to({device.type!r})", "", on=device):
+            on_device = fresh.to(device)(x.to(device))
+    expect(
+        on_device.device.type == device.type and torch.allclose(on_device.cpu(), reference, atol=1e-3),
+        f"after .to({device.type!r}) the model must give the same output there, on {device.type}",
+    )
+
+    with _calling(built, ctor_hint):
+        wide = cls(mean.clone(), std.clone(), widths).to(torch.float64)
     expect(
         all(t.dtype == torch.float64 for t in [*wide.parameters(), *wide.buffers()]),
         ".to(torch.float64) must convert every parameter and buffer",
     )
-    out64 = wide(x.double())
+    with _calling("calling the float64 model on a float64 batch", "create nothing with a fixed dtype in forward"):
+        out64 = wide(x.double())
     expect(out64.dtype == torch.float64, "after .to(torch.float64) the output must be float64")
 
 
 # --- Exercise 2 ------------------------------------------------------------------------------------
 
+def _ks_to_normal(sample: torch.Tensor, std: float) -> float:
+    """Kolmogorov-Smirnov distance between ``sample / std`` and the standard normal distribution."""
+    z = (sample.double().flatten() / std).sort().values
+    n = z.numel()
+    cdf = torch.special.ndtr(z)
+    rank = torch.arange(1, n + 1, dtype=torch.float64)
+    return torch.maximum(rank / n - cdf, cdf - (rank - 1) / n).max().item()
+
+
+@_takes_device
 @exercise("Exercise 2 · Noise that follows its input")
 @_own_rng
-def check_noise(cls: type[nn.Module]) -> None:
+def check_noise(cls: type[nn.Module], device: torch.device | str | None = None) -> None:
     """``cls(sigma)``: in training mode add ``sigma`` times standard normal noise; in eval mode, identity.
 
-    The noise must be created on the input's device and with its dtype.
+    The noise is fresh on every call, independent for every element, and created on the input's device
+    with its dtype; the input itself is not modified. ``device`` (default: the CPU) is where the answer
+    is also run.
     """
-    layer = cls(0.5)
+    with _calling("building cls(0.5)", "the constructor takes sigma and calls super().__init__() first"):
+        layer = cls(0.5)
     expect(isinstance(layer, nn.Module), "the class must subclass nn.Module")
+    called = "calling the layer in training mode on torch.zeros(20_000)"
     x = torch.zeros(20_000)
-    layer.eval()
-    expect(torch.equal(layer(x), x), "in eval mode (layer.eval()) return the input unchanged")
-    layer.train()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
+    with _calling(called, "forward(self, x) returns x plus sigma times standard normal noise"):
         noisy = layer(x)
         again = layer(x)
-    expect(noisy.shape == x.shape, "the output must have the input's shape")
-    expect(not torch.equal(noisy, again), "draw fresh noise on every call in training mode")
-    expect(abs(noisy.mean().item()) < 0.02, f"the noise must have mean 0; got {noisy.mean().item():.3f}")
-    expect(abs(noisy.std().item() - 0.5) < 0.02, f"sigma=0.5 must give noise of std 0.5; got {noisy.std().item():.3f}")
-    ones = torch.ones(20_000)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(1)
-        shifted = layer(ones)
+    expect(
+        torch.equal(x, torch.zeros(20_000)),
+        "forward changed its input: return x + noise as a new tensor (no x.add_(...) or x += ... on the input)",
+    )
+    expect(
+        isinstance(noisy, torch.Tensor) and noisy.shape == x.shape,
+        f"the output must have the input's shape {tuple(x.shape)}; got {getattr(noisy, 'shape', type(noisy).__name__)}",
+    )
+    expect(
+        not torch.equal(noisy, x),
+        "in training mode (the default) the output must differ from the input: add the noise when "
+        "self.training is True (self.eval is a method, and a method is always true)",
+    )
+    expect(not torch.equal(noisy, again), "draw fresh noise on every call in training mode (no fixed seed in forward)")
+    mean, std = noisy.mean().item(), noisy.std().item()
+    expect(abs(std - 0.5) < 0.02, f"sigma=0.5 must give noise of std 0.5; got {std:.3f}")
+    expect(abs(mean) < 0.02, f"the noise must have mean 0; got {mean:.3f}")
+    distance = _ks_to_normal(noisy, 0.5)
+    expect(
+        distance < 0.025,
+        f"the noise has std 0.5 but is not normally distributed (its distribution is {distance:.3f} away from "
+        "the normal one): draw it with torch.randn_like, not torch.rand_like (uniform)",
+    )
+    with _calling("calling the layer on a (64, 32) batch", "draw noise of x's full shape"):
+        batch = layer(torch.zeros(64, 32))
+    expect(
+        isinstance(batch, torch.Tensor) and batch.shape == (64, 32),
+        "the output must have the input's shape (64, 32)",
+    )
+    expect(
+        not torch.equal(batch[0], batch[1]) and not torch.equal(batch[:, 0], batch[:, 1]),
+        "every element of a batch needs its own noise: draw it with x's full shape (torch.randn_like(x)), "
+        "not one row or one column shared by the batch",
+    )
+    with _calling("calling the layer on torch.ones(20_000)", ""):
+        shifted = layer(torch.ones(20_000))
     expect(abs(shifted.mean().item() - 1) < 0.02, "add the noise to the input (x + noise), do not replace it")
+
+    with _calling("layer.eval()", "do not override eval() or train()"):
+        layer.eval()
+    with _calling("calling the layer in eval mode", "in eval mode return x"):
+        kept = layer(x)
+    expect(
+        isinstance(kept, torch.Tensor) and torch.equal(kept, x),
+        "in eval mode (layer.eval()) return the input unchanged",
+    )
+    layer.train()
+
     try:
         on_meta = layer(torch.zeros(3, 4, device=META))
-    except (RuntimeError, NotImplementedError) as err:
-        expect(False, f"a meta input fails ({err}): create the noise on x's device, e.g. torch.randn_like(x)")
-    expect(on_meta.device == META, "the output must be on the input's device")
-    half = layer(torch.zeros(8, dtype=torch.bfloat16))
+    except Exception as err:
+        if isinstance(err, NotImplementedError) or _CUDA.search(str(err)):
+            with _calling("calling the layer on a meta input", "create the noise with torch.randn_like(x)"):
+                raise
+        expect(False, _elsewhere_hint(err, "calling the layer on an input on another device (meta)"))
     expect(
-        half.dtype == torch.bfloat16,
-        f"a bfloat16 input gave a {half.dtype} output: create the noise with x's dtype too (torch.randn_like(x))",
+        isinstance(on_meta, torch.Tensor) and on_meta.device == META and on_meta.shape == (3, 4),
+        "the output must be on the input's device: create the noise there (torch.randn_like(x), or "
+        "device=x.device; a .to(...) whose result is not kept changes nothing)",
+    )
+    for dtype in (torch.bfloat16, torch.float64):
+        with _calling(f"calling the layer on a {dtype} input", "create the noise with x's dtype"):
+            typed = layer(torch.zeros(8, dtype=dtype))
+        expect(
+            typed.dtype == dtype,
+            f"a {str(dtype).removeprefix('torch.')} input gave a {str(typed.dtype).removeprefix('torch.')} "
+            "output: create the noise with x's dtype too (torch.randn_like(x), or dtype=x.dtype)",
+        )
+    with _device_rng_kept(device), _calling(f"calling the layer on an input on {device}", "", on=device):
+        there = layer(torch.zeros(3, 4, device=device))
+    expect(
+        isinstance(there, torch.Tensor) and there.device.type == device.type and there.shape == (3, 4),
+        f"an input on {device} must give an output there",
     )
 
 
 # --- Exercise 3 ------------------------------------------------------------------------------------
 
-def _measured_bytes(model: nn.Module) -> int:
+def _measured(model: nn.Module) -> dict[str, int]:
     """Run one Adam step on a copy and add up what it holds (the ground truth for exercise 3)."""
     model = copy.deepcopy(model)
     params = list(model.parameters())
@@ -187,12 +478,40 @@ def _measured_bytes(model: nn.Module) -> int:
     out = model(x)
     F.mse_loss(out, torch.zeros_like(out)).backward()
     optimizer.step()
-    total = sum(p.numel() * p.element_size() for p in params)
-    total += sum(p.grad.numel() * p.grad.element_size() for p in trainable)
-    for p in trainable:
-        state = optimizer.state[p]
-        total += sum(state[k].numel() * state[k].element_size() for k in ("exp_avg", "exp_avg_sq"))
-    return total
+    return {
+        "parameters": sum(p.numel() * p.element_size() for p in params),
+        "gradients": sum(p.grad.numel() * p.grad.element_size() for p in trainable),
+        "Adam's two averages": sum(
+            optimizer.state[p][k].numel() * optimizer.state[p][k].element_size()
+            for p in trainable
+            for k in ("exp_avg", "exp_avg_sq")
+        ),
+    }
+
+
+def _likely_cause(model: nn.Module, parts: dict[str, int], got: int) -> str | None:
+    """The popular mistake that gives ``got`` bytes for ``model``, if one does."""
+    unique = list(model.parameters())
+    every = [p for _, p in model.named_parameters(remove_duplicate=False)]
+    nbytes = sum(p.numel() * p.element_size() for p in unique)
+    trained = sum(p.numel() * p.element_size() for p in unique if p.requires_grad)
+    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+    want = sum(parts.values())
+    four_bytes = sum((16 if p.requires_grad else 4) * p.numel() for p in unique)
+    guesses = [  # the likelier mistake first where two give the same total
+        (4 * nbytes, "frozen parameters (requires_grad=False) get no gradient and no Adam state"),
+        (four_bytes, "each number takes its dtype's size (p.element_size()), not always 4 bytes"),
+        (
+            sum((4 if p.requires_grad else 1) * p.numel() * p.element_size() for p in every),
+            "a layer used twice holds its parameters once: model.parameters() already skips the repeat",
+        ),
+        (want + buffers, "buffers (such as BatchNorm's running statistics) are not trained: do not count them"),
+        (want + 4 * buffers, "buffers (such as BatchNorm's running statistics) are not trained: do not count them"),
+        (8 * want, "count bytes, not bits"),
+        (nbytes + 2 * trained, "the gradients are missing (one per trainable parameter, of its size and dtype)"),
+        (nbytes + trained, "Adam's two running averages are missing (exp_avg and exp_avg_sq)"),
+    ]
+    return next((cause for total, cause in guesses if total == got and total != want), None)
 
 
 def _cases() -> dict[str, nn.Module]:
@@ -214,14 +533,30 @@ def _cases() -> dict[str, nn.Module]:
 
 @exercise("Exercise 3 · Memory of a training step")
 @_own_rng
-def check_training_bytes(fn) -> None:
+def check_training_bytes(fn: Callable[[nn.Module], int]) -> None:
     """``fn(model) -> int``: bytes of parameters + gradients + Adam's two moment estimates.
 
     Frozen parameters (``requires_grad=False``) have no gradient and no Adam state; each parameter
-    counts with its own dtype's size; a parameter used twice counts once; buffers do not count.
+    counts with its own dtype's size; a parameter used twice counts once; buffers do not count. The
+    model passed in is fresh: it has run no forward or backward, so its ``.grad`` fields are ``None``.
     """
     for label, model in _cases().items():
-        got = fn(model)
-        expect(isinstance(got, int) and not isinstance(got, bool), f"return an int (bytes); got {type(got).__name__}")
-        want = _measured_bytes(model)
-        expect(got == want, f"for {label}: {got} bytes, but one Adam step holds {want}")
+        parts = _measured(model)
+        want = sum(parts.values())
+        with _calling(
+            f"your function on {label}",
+            "the model has not been trained, so p.grad is None: count from each parameter's numel() and "
+            "element_size()",
+        ):
+            got = fn(copy.deepcopy(model))
+        expect(
+            isinstance(got, int) and not isinstance(got, bool),
+            f"return an int (bytes); got {type(got).__name__}"
+            + (" (use integer arithmetic, or int(...))" if isinstance(got, float) else ""),
+        )
+        if got == want:
+            continue
+        breakdown = " + ".join(f"{v} ({k})" for k, v in parts.items())
+        cause = _likely_cause(model, parts, got)
+        expect(False, f"for {label}: {got} bytes, but one Adam step holds {want} = {breakdown}" + (
+            f". Likely cause: {cause}" if cause else ""))
