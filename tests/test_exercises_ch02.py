@@ -1,116 +1,207 @@
-"""Chapter 02's checks accept the reference answers and reject the plausible wrong ones."""
+"""Chapter 02's checks: a catalogue of plausible wrong answers (each with the hint it gets) and right answers
+written differently from the notebook's reference (which lives only in the notebook, where nbval runs it)."""
+
+import math
 
 import pytest
 import torch
 from torch import nn
 
-from utils import ExerciseFailed
-from utils.exercises.ch02 import check_init_xavier, check_initialize_lazy
+from utils.checks import outcome
+from utils.exercises.ch02 import check_init_xavier, check_initialize_lazy, check_lazy_optimizer
 
 
-def init_xavier(m):
+def _bound(m):
+    return math.sqrt(6 / (m.in_features + m.out_features))
+
+
+# ---------------------------------------------------------------- Exercise 1 · Xavier init for apply
+
+def xavier_type_test(m):
+    if type(m) == nn.Linear:  # noqa: E721 - the mistake under test: misses subclasses
+        nn.init.xavier_uniform_(m.weight)
+        nn.init.zeros_(m.bias)
+
+
+def xavier_ignores_the_bias(m):
     if isinstance(m, nn.Linear):
         nn.init.xavier_uniform_(m.weight)
-        nn.init.zeros_(m.bias)
 
 
-def init_xavier_type_check(m):
-    if type(m) == nn.Linear:  # noqa: E721 - the mistake under test
-        nn.init.xavier_uniform_(m.weight)
-        nn.init.zeros_(m.bias)
-
-
-def init_xavier_normal(m):
+def xavier_normal_family(m):  # the right std, the wrong family
     if isinstance(m, nn.Linear):
         nn.init.xavier_normal_(m.weight)
         nn.init.zeros_(m.bias)
 
 
-def init_kaiming(m):
+def xavier_through_data(m):  # a fresh (float32, CPU) tensor assigned through .data
+    if isinstance(m, nn.Linear):
+        m.weight.data = nn.init.xavier_uniform_(torch.empty(m.out_features, m.in_features))
+        m.bias.data = torch.zeros(m.out_features)
+
+
+def xavier_new_parameter(m):  # replaces the parameter object instead of filling it
+    if isinstance(m, nn.Linear):
+        m.weight = nn.Parameter(nn.init.xavier_uniform_(torch.empty_like(m.weight)))
+        m.bias = nn.Parameter(torch.zeros_like(m.bias))
+
+
+def kaiming_instead(m):
     if isinstance(m, nn.Linear):
         nn.init.kaiming_uniform_(m.weight, nonlinearity="relu")
         nn.init.zeros_(m.bias)
 
 
-def init_xavier_keep_bias(m):
+def bound_of_the_default(m):  # the uniform family, nn.Linear's bound 1/sqrt(fan_in)
     if isinstance(m, nn.Linear):
-        nn.init.xavier_uniform_(m.weight)
+        b = 1 / math.sqrt(m.in_features)
+        nn.init.uniform_(m.weight, -b, b)
+        nn.init.zeros_(m.bias)
 
 
-def init_everything_with_a_bias(m):
+def zeroes_every_bias(m):  # also zeroes LayerNorm's bias
     if hasattr(m, "bias") and m.bias is not None:
         nn.init.zeros_(m.bias)
     if isinstance(m, nn.Linear):
         nn.init.xavier_uniform_(m.weight)
 
 
-def test_init_xavier_accepts_reference(capsys):
-    check_init_xavier(init_xavier)
-    assert "passed" in capsys.readouterr().out
+def every_matrix(m):  # the Annotated Transformer's loop, as an apply function: biases keep their values
+    for p in m.parameters():
+        if p.dim() > 1:
+            nn.init.xavier_uniform_(p)
 
 
-@pytest.mark.parametrize(
-    ("wrong", "hint"),
-    [
-        (init_xavier_type_check, "isinstance"),
-        (init_xavier_normal, "xavier_normal_"),
-        (init_kaiming, "sqrt(2 / (fan_in + fan_out))"),
-        (init_xavier_keep_bias, "zeros_"),
-        (init_everything_with_a_bias, "LayerNorm"),
-    ],
-)
+def no_type_test(m):  # ReLU has no weight
+    nn.init.xavier_uniform_(m.weight)
+    nn.init.zeros_(m.bias)
+
+
+def xavier_on_the_bias(m):  # Xavier on a 1-D tensor
+    if isinstance(m, nn.Linear):
+        nn.init.xavier_uniform_(m.weight)
+        nn.init.xavier_uniform_(m.bias)
+
+
+def xavier_with_relu_gain(m):
+    if isinstance(m, nn.Linear):
+        nn.init.xavier_uniform_(m.weight, gain=nn.init.calculate_gain("relu"))
+        nn.init.zeros_(m.bias)
+
+
+XAVIER_WRONG = [
+    (xavier_type_test, "isinstance(m, nn.Linear), not type(m) == nn.Linear"),
+    (xavier_ignores_the_bias, "(an nn.Linear, 300→200) still has non-zero biases: set them with nn.init.zeros_"),
+    (xavier_normal_family, "use the uniform variant (xavier_uniform_), not xavier_normal_"),
+    (xavier_through_data, "keeps neither the layer's dtype nor its device"),
+    (xavier_new_parameter, "weight is a new Parameter object"),
+    (kaiming_instead, "Xavier gives sqrt(2 / (fan_in + fan_out)) = 0.0632"),
+    (bound_of_the_default, "Xavier gives sqrt(2 / (fan_in + fan_out))"),
+    (zeroes_every_bias, "the LayerNorm changed"),
+    (every_matrix, "layer 0 (an nn.Linear, 300→200) still has non-zero biases"),
+    (no_type_test, "test the module first (isinstance(m, nn.Linear)): ReLU has no weight"),
+    (xavier_on_the_bias, "a bias needs nn.init.zeros_"),
+    (xavier_with_relu_gain, "with its default gain"),
+]
+
+
+@pytest.mark.parametrize(("wrong", "hint"), XAVIER_WRONG, ids=[w.__name__ for w, _ in XAVIER_WRONG])
 def test_init_xavier_rejects(wrong, hint):
-    with pytest.raises(ExerciseFailed, match=r"Exercise 1") as failure:
-        check_init_xavier(wrong)
-    assert hint in str(failure.value)
+    verdict, message = outcome(check_init_xavier, wrong)
+    assert verdict == "failed"
+    assert message.startswith("Exercise 1 · An init function for Module.apply: not yet.")
+    assert hint in message
+
+
+def xavier_by_hand(m):
+    if isinstance(m, nn.Linear):
+        nn.init.uniform_(m.weight, -_bound(m), _bound(m))
+        nn.init.constant_(m.bias, 0.0)
+
+
+def xavier_under_no_grad(m):
+    if not isinstance(m, nn.Linear):
+        return
+    fan_out, fan_in = m.weight.shape
+    with torch.no_grad():
+        m.weight.uniform_(-math.sqrt(6 / (fan_in + fan_out)), math.sqrt(6 / (fan_in + fan_out)))
+        m.bias.zero_()
+
+
+def xavier_copied_in(m):
+    if isinstance(m, nn.Linear):
+        with torch.no_grad():
+            m.weight.copy_(nn.init.xavier_uniform_(torch.empty_like(m.weight), gain=1.0))
+            m.bias.fill_(0)
+
+
+def xavier_via_parameters(m):
+    if isinstance(m, nn.Linear):
+        for name, p in m.named_parameters(recurse=False):
+            (nn.init.xavier_uniform_ if name == "weight" else nn.init.zeros_)(p)
+
+
+@pytest.mark.parametrize("right", [xavier_by_hand, xavier_under_no_grad, xavier_copied_in, xavier_via_parameters])
+def test_init_xavier_accepts_right_answers(right):
+    assert outcome(check_init_xavier, right) == ("passed", "")
+
+
+def test_init_xavier_tests_the_family_not_only_the_std_and_the_bound():
+    # Inside the bound, std exactly b/sqrt(3), yet not uniform: half arcsine (variance b²/2), half
+    # triangular (variance b²/6).
+    def mixture(m):
+        if isinstance(m, nn.Linear):
+            b = _bound(m)
+            u = torch.rand(m.weight.shape, dtype=torch.float64)
+            arcsine = torch.sin(math.pi * (u - 0.5))
+            triangular = torch.rand(m.weight.shape, dtype=torch.float64) + u - 1
+            pick = torch.rand(m.weight.shape) < 0.5
+            with torch.no_grad():
+                m.weight.copy_(b * torch.where(pick, arcsine, triangular))
+                m.bias.zero_()
+
+    verdict, message = outcome(check_init_xavier, mixture)
+    assert verdict == "failed" and "not uniformly distributed" in message
 
 
 def test_init_xavier_check_leaves_the_global_generator_alone():
     torch.manual_seed(7)
     expected = torch.rand(2)
     torch.manual_seed(7)
-    check_init_xavier(init_xavier)
+    outcome(check_init_xavier, xavier_by_hand)
     assert torch.equal(torch.rand(2), expected)
 
 
-def init_kaiming_relu(m):
+# ---------------------------------------------------------------- Exercise 2 · a lazy network
+
+def _kaiming(m):
     if isinstance(m, nn.Linear):
         nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
         nn.init.zeros_(m.bias)
 
 
-def initialize_lazy(net, example_input):
-    net(example_input)
-    net.apply(init_kaiming_relu)
-    return net
-
-
-def initialize_before_dry_run_type_check(net, example_input):
+def lazy_init_before_dry_run_type_test(net, example_input):
     def init(m):
         if type(m) == nn.Linear:  # noqa: E721 - the mistake under test
-            init_kaiming_relu(m)
+            _kaiming(m)
 
     net.apply(init)
     net(example_input)
     return net
 
 
-def initialize_before_dry_run_isinstance(net, example_input):
-    net.apply(init_kaiming_relu)
+def lazy_init_before_dry_run(net, example_input):
+    net.apply(_kaiming)
     net(example_input)
     return net
 
 
-def initialize_without_dry_run(net, example_input):
-    def init(m):
-        if isinstance(m, nn.Linear) and not m.has_uninitialized_params():
-            init_kaiming_relu(m)
-
-    net.apply(init)
+def lazy_no_dry_run(net, example_input):
+    net.apply(lambda m: _kaiming(m) if isinstance(m, nn.Linear) and not m.has_uninitialized_params() else None)
     return net
 
 
-def initialize_fan_out(net, example_input):
+def lazy_fan_out(net, example_input):
     net(example_input)
     for m in net.modules():
         if isinstance(m, nn.Linear):
@@ -119,43 +210,286 @@ def initialize_fan_out(net, example_input):
     return net
 
 
-def initialize_returns_nothing(net, example_input):
-    initialize_lazy(net, example_input)
+def lazy_returns_nothing(net, example_input):
+    net(example_input)
+    net.apply(_kaiming)
 
 
-def test_initialize_lazy_accepts_reference(capsys):
-    check_initialize_lazy(initialize_lazy)
-    assert "passed" in capsys.readouterr().out
+def lazy_kaiming_uniform(net, example_input):  # the right std, the wrong family
+    net(example_input)
+    for m in net.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.kaiming_uniform_(m.weight, nonlinearity="relu")
+            nn.init.zeros_(m.bias)
+    return net
+
+
+def lazy_dummy_input(net, example_input):  # a hand-made dry-run input: float32, not the example's dtype
+    net(torch.randn(1, example_input.shape[1]))
+    net.apply(_kaiming)
+    return net
+
+
+def lazy_through_data(net, example_input):
+    net(example_input)
+    for m in net.modules():
+        if isinstance(m, nn.Linear):
+            m.weight.data = torch.randn(m.out_features, m.in_features) * math.sqrt(2 / m.in_features)
+            m.bias.data.zero_()
+    return net
+
+
+def lazy_keeps_the_bias(net, example_input):
+    net(example_input)
+    for m in net.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
+    return net
+
+
+def lazy_wrong_width(net, example_input):  # a dry run with a guessed width
+    net(torch.rand(1, 256, dtype=example_input.dtype))
+    net.apply(_kaiming)
+    return net
+
+
+def lazy_xavier(net, example_input):
+    net(example_input)
+    for m in net.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.xavier_normal_(m.weight)
+            nn.init.zeros_(m.bias)
+    return net
+
+
+LAZY_WRONG = [
+    (lazy_init_before_dry_run_type_test, "your init never ran. A type(m) == nn.Linear test skips a LazyLinear"),
+    (lazy_init_before_dry_run, "run net(example_input) once, with the example itself"),
+    (lazy_no_dry_run, "still uninitialized"),
+    (lazy_fan_out, "That is sqrt(2 / fan_out): use mode='fan_in'"),
+    (lazy_returns_nothing, "return the network"),
+    (lazy_kaiming_uniform, "not normally distributed"),
+    (lazy_dummy_input, "its width, dtype and device"),
+    (lazy_through_data, "keeps neither the layer's dtype nor its device"),
+    (lazy_keeps_the_bias, "bias must be zero"),
+    (lazy_xavier, "Use nn.init.kaiming_normal_(m.weight, nonlinearity='relu')"),
+    (lazy_wrong_width, "must have weight shape (256, 300), it has (256, 256)"),
+]
+
+
+@pytest.mark.parametrize(("wrong", "hint"), LAZY_WRONG, ids=[w.__name__ for w, _ in LAZY_WRONG])
+def test_initialize_lazy_rejects(wrong, hint):
+    verdict, message = outcome(check_initialize_lazy, wrong)
+    assert verdict == "failed"
+    assert message.startswith("Exercise 2 · Initialise a lazy network: not yet.")
+    assert hint in message
+
+
+def lazy_default_kaiming_arguments(net, example_input):
+    net(example_input)
+    for m in net.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.kaiming_normal_(m.weight)  # leaky_relu with slope 0 is ReLU; fan_in is the default
+            with torch.no_grad():
+                m.bias.zero_()
+    return net
+
+
+def lazy_normal_by_hand(net, example_input):
+    with torch.no_grad():
+        net(example_input)  # a dry run needs no graph
+        for m in net:
+            if isinstance(m, nn.Linear):
+                m.weight.normal_(0.0, math.sqrt(2 / m.in_features))
+                m.bias.fill_(0.0)
+    return net
+
+
+def lazy_one_row_dry_run(net, example_input):
+    net(example_input[:1])
+    for m in net.modules():
+        if isinstance(m, nn.Linear):
+            std = nn.init.calculate_gain("relu") / math.sqrt(m.weight.shape[1])
+            nn.init.normal_(m.weight, 0.0, std)
+            nn.init.constant_(m.bias, 0)
+    return net
+
+
+@pytest.mark.parametrize("right", [lazy_default_kaiming_arguments, lazy_normal_by_hand, lazy_one_row_dry_run])
+def test_initialize_lazy_accepts_right_answers(right):
+    assert outcome(check_initialize_lazy, right) == ("passed", "")
+
+
+# ---------------------------------------------------------------- Exercise 3 · an optimizer for a lazy network
+
+def _groups(params):
+    params = list(params)
+    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 1e-4},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+
+
+def optimizer_before_dry_run(net, example_input):  # the groups read the placeholders' ndim
+    params = list(net.parameters())
+    opt = torch.optim.SGD([{"params": [p for p in params if p.ndim >= 2], "weight_decay": 1e-4},
+                           {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}], lr=0.1)
+    net(example_input)
+    return opt
+
+
+def optimizer_without_dry_run(net, example_input):
+    params = list(net.parameters())
+    return torch.optim.SGD([{"params": [p for p in params if p.ndim >= 2], "weight_decay": 1e-4},
+                            {"params": [p for p in params if p.ndim < 2]}], lr=0.1)
+
+
+def optimizer_dim_before_dry_run(net, example_input):  # p.dim() on a placeholder raises
+    opt = torch.optim.SGD(_groups(net.parameters()), lr=0.1)
+    net(example_input)
+    return opt
+
+
+def optimizer_decays_everything(net, example_input):
+    net(example_input)
+    return torch.optim.SGD(net.parameters(), lr=0.1, weight_decay=1e-4)
+
+
+def optimizer_groups_by_name(net, example_input):  # misses BatchNorm's 1-D weight
+    net(example_input)
+    named = list(net.named_parameters())
+    return torch.optim.SGD([{"params": [p for n, p in named if "bias" not in n], "weight_decay": 1e-4},
+                            {"params": [p for n, p in named if "bias" in n], "weight_decay": 0.0}], lr=0.1)
+
+
+def optimizer_decays_the_vectors(net, example_input):  # the condition upside down
+    net(example_input)
+    params = list(net.parameters())
+    return torch.optim.SGD([{"params": [p for p in params if p.dim() < 2], "weight_decay": 1e-4},
+                            {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.0}], lr=0.1)
+
+
+def optimizer_linear_layers_only(net, example_input):  # forgets the BatchNorm parameters
+    net(example_input)
+    linears = [m for m in net if isinstance(m, nn.Linear)]
+    return torch.optim.SGD([{"params": [m.weight for m in linears], "weight_decay": 1e-4},
+                            {"params": [m.bias for m in linears], "weight_decay": 0.0}], lr=0.1)
+
+
+def optimizer_a_parameter_twice(net, example_input):
+    net(example_input)
+    weights = [m.weight for m in net if isinstance(m, nn.Linear)]
+    return torch.optim.SGD([{"params": weights, "weight_decay": 1e-4},
+                            {"params": list(net.parameters()), "weight_decay": 0.0}], lr=0.1)
+
+
+def optimizer_on_a_copy(net, example_input):  # trains a copy of the network
+    import copy
+
+    net(example_input)
+    return torch.optim.SGD(_groups(copy.deepcopy(net).parameters()), lr=0.1)
+
+
+def optimizer_adam(net, example_input):
+    net(example_input)
+    return torch.optim.Adam(_groups(net.parameters()), lr=0.1)
+
+
+def optimizer_returns_the_network(net, example_input):
+    net(example_input)
+    torch.optim.SGD(_groups(net.parameters()), lr=0.1)
+    return net
+
+
+def optimizer_wrong_decay(net, example_input):
+    net(example_input)
+    groups = _groups(net.parameters())
+    groups[0]["weight_decay"] = 1e-2
+    return torch.optim.SGD(groups, lr=0.1)
+
+
+OPTIMIZER_WRONG = [
+    (optimizer_before_dry_run, "placeholder parameter reports p.ndim == 1"),
+    (optimizer_without_dry_run, "still uninitialized"),
+    (optimizer_dim_before_dry_run, "no shape (p.dim(), p.shape, p.numel()) until the dry run"),
+    (optimizer_decays_everything, "0.bias is 1-D (a bias or a normalisation scale): it must get weight_decay=0"),
+    (optimizer_groups_by_name, "1.weight is 1-D"),
+    (optimizer_decays_the_vectors, "the condition is upside down"),
+    (optimizer_linear_layers_only, "the optimizer does not hold 1.weight"),
+    (optimizer_a_parameter_twice, "each parameter goes into exactly one group"),
+    (optimizer_on_a_copy, "not the network's parameters"),
+    (optimizer_adam, "return a torch.optim.SGD, not Adam"),
+    (optimizer_returns_the_network, "return the optimizer, not the network"),
+    (optimizer_wrong_decay, "must get weight_decay=0.0001, it gets 0.01"),
+]
+
+
+@pytest.mark.parametrize(("wrong", "hint"), OPTIMIZER_WRONG, ids=[w.__name__ for w, _ in OPTIMIZER_WRONG])
+def test_lazy_optimizer_rejects(wrong, hint):
+    verdict, message = outcome(check_lazy_optimizer, wrong)
+    assert verdict == "failed"
+    assert message.startswith("Exercise 3 · An optimizer for a lazy network: not yet.")
+    assert hint in message
+
+
+def optimizer_built_first_grouped_by_module(net, example_input):
+    # Built before the dry run, and right: torch materialises each placeholder in place (the same object
+    # becomes a Parameter), and these groups are chosen by module, not by shape.
+    weights = [m.weight for m in net.modules() if isinstance(m, nn.Linear)]
+    rest = [p for p in net.parameters() if all(p is not w for w in weights)]
+    opt = torch.optim.SGD([{"params": weights, "weight_decay": 1e-4}, {"params": rest}], lr=0.1)
+    net(example_input)
+    return opt
+
+
+def optimizer_by_ndim_after_no_grad_dry_run(net, example_input):
+    with torch.no_grad():
+        net(example_input)
+    decay = [p for p in net.parameters() if p.ndim >= 2]
+    rest = [p for p in net.parameters() if p.ndim < 2]
+    return torch.optim.SGD([{"params": decay, "weight_decay": 1e-4}, {"params": rest, "weight_decay": 0}], lr=0.1)
+
+
+def optimizer_by_named_dim(net, example_input):
+    net(example_input)
+    groups = {True: [], False: []}
+    for _, p in net.named_parameters():
+        groups[p.dim() > 1].append(p)
+    opt = torch.optim.SGD(groups[False], lr=0.1)
+    opt.add_param_group({"params": groups[True], "weight_decay": 1e-4})
+    return opt
 
 
 @pytest.mark.parametrize(
-    ("wrong", "hint"),
-    [
-        (initialize_before_dry_run_type_check, "type(m) == nn.Linear"),
-        (initialize_before_dry_run_isinstance, "dry run"),
-        (initialize_without_dry_run, "still uninitialized"),
-        (initialize_fan_out, "sqrt(2 / fan_in)"),
-        (initialize_returns_nothing, "return the network"),
-    ],
+    "right", [optimizer_built_first_grouped_by_module, optimizer_by_ndim_after_no_grad_dry_run, optimizer_by_named_dim]
 )
-def test_initialize_lazy_rejects(wrong, hint):
-    with pytest.raises(ExerciseFailed, match=r"Exercise 2") as failure:
-        check_initialize_lazy(wrong)
-    assert hint in str(failure.value)
+def test_lazy_optimizer_accepts_right_answers(right):
+    assert outcome(check_lazy_optimizer, right) == ("passed", "")
 
 
-def test_unattempted_exercises_say_so(capsys):
+# ---------------------------------------------------------------- all three
+
+@pytest.mark.parametrize("check", [check_init_xavier, check_initialize_lazy, check_lazy_optimizer])
+def test_only_the_stub_is_not_attempted(check):
     def stub(*args):
         raise NotImplementedError("your code here")
 
-    check_init_xavier(stub)
-    check_initialize_lazy(stub)
-    assert capsys.readouterr().out.count("not attempted yet") == 2
+    def missing_forward(*args):  # PyTorch's own NotImplementedError is a hint, not "not attempted"
+        nn.Module()(torch.ones(1))
+
+    assert outcome(check, stub) == ("not attempted", "")
+    verdict, message = outcome(check, missing_forward)
+    assert verdict == "failed" and "NotImplementedError" in message and "forward" in message
 
 
-def test_an_unrelated_error_in_the_answer_is_not_hidden():
-    def broken(net, example_input):
+@pytest.mark.parametrize("check", [check_init_xavier, check_initialize_lazy, check_lazy_optimizer])
+def test_an_error_in_the_answer_becomes_a_hint_that_quotes_it(check):
+    def broken(*args):
         raise ValueError("something else")
 
-    with pytest.raises(ValueError, match="something else"):
-        check_initialize_lazy(broken)
+    verdict, message = outcome(check, broken)
+    assert verdict == "failed" and "raised ValueError: something else. Likely cause:" in message
+
+
+@pytest.mark.parametrize("check", [check_init_xavier, check_initialize_lazy, check_lazy_optimizer])
+def test_not_a_function(check):
+    verdict, message = outcome(check, 42)
+    assert verdict == "failed" and "pass the function itself" in message

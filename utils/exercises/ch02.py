@@ -1,4 +1,11 @@
-"""Checks for chapter 02 · Parameters: access, initialization, lazy init."""
+"""Checks for chapter 02 · Parameters: access, initialization, lazy init.
+
+Each check builds its own small, seeded network on the CPU and leaves the global random generator as it
+found it. One layer (or the example input) is float64, a stand-in for "another device": an answer that
+assigns a freshly made tensor keeps neither the layer's dtype nor its device, and float64 shows it on
+any machine. Distributions are checked by their family (a Kolmogorov–Smirnov distance to the uniform
+or normal law), not only by their std.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +15,9 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from utils.checks import exercise, expect
+from utils.checks import exercise, expect, learner_code
 
-__all__ = ["check_init_xavier", "check_initialize_lazy"]
+__all__ = ["check_init_xavier", "check_initialize_lazy", "check_lazy_optimizer"]
 
 
 class _TaggedLinear(nn.Linear):
@@ -19,78 +26,226 @@ class _TaggedLinear(nn.Linear):
 
 def _std_matches(weight: torch.Tensor, std: float) -> bool:
     """The sample std of ``weight`` is within five standard errors of ``std`` (and the mean near 0)."""
-    w = weight.detach()
+    w = weight.detach().double()
     n = w.numel()
     return abs(w.std().item() - std) <= 5 * std / math.sqrt(2 * n) and abs(w.mean().item()) <= 5 * std / math.sqrt(n)
 
 
+def _ks_distance(sample: torch.Tensor, cdf: Callable[[torch.Tensor], torch.Tensor]) -> float:
+    """Kolmogorov–Smirnov distance between the empirical law of ``sample`` and ``cdf``."""
+    x = sample.detach().double().flatten().sort().values
+    n = x.numel()
+    f = cdf(x)
+    steps = torch.arange(1, n + 1, dtype=torch.float64) / n
+    return max((steps - f).max().item(), (f - (steps - 1 / n)).max().item())
+
+
+def _ks_limit(n: int) -> float:
+    """A KS distance a sample of ``n`` from the right law exceeds with probability about 4e-6."""
+    return 2.5 / math.sqrt(n)
+
+
+def _standardized(layers: list[nn.Linear], std: Callable[[nn.Linear], float]) -> torch.Tensor:
+    """Every layer's weights divided by the std the scheme gives that layer, pooled into one sample."""
+    return torch.cat([m.weight.detach().double().flatten() / std(m) for m in layers])
+
+
+# ---------------------------------------------------------------- Exercise 1
+
+
+def _xavier_std(m: nn.Linear) -> float:
+    return math.sqrt(2.0 / (m.in_features + m.out_features))
+
+
 @exercise("Exercise 1 · An init function for Module.apply")
 def check_init_xavier(init_fn: Callable[[nn.Module], object]) -> None:
-    """``net.apply(init_fn)`` gives every linear layer Xavier-uniform weights and zero biases, nothing else."""
+    """``net.apply(init_fn)`` gives every linear layer Xavier-uniform weights and zero biases, in place."""
     expect(callable(init_fn), "pass the function itself, e.g. check_init_xavier(init_xavier)")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         net = nn.Sequential(
-            nn.Linear(300, 200), nn.ReLU(), _TaggedLinear(200, 150), nn.LayerNorm(150), nn.Linear(150, 100)
+            nn.Linear(300, 200), nn.ReLU(), _TaggedLinear(200, 150), nn.LayerNorm(150),
+            nn.Linear(150, 100, dtype=torch.float64),
         )
         with torch.no_grad():
             net[3].weight.fill_(2.0)
             net[3].bias.fill_(0.5)
-        net.apply(init_fn)
-    for i in (0, 2, 4):
-        layer = net[i]
+        before = dict(net.named_parameters())
+        dtypes = {name: p.dtype for name, p in before.items()}
+        with learner_code(
+            "net.apply(init_xavier) on a network of Linear, ReLU, a subclass of nn.Linear and LayerNorm",
+            "test the module first (isinstance(m, nn.Linear)): ReLU has no weight, and LayerNorm's 1-D "
+            "weight has no fan-in and fan-out; Xavier fills a 2-D weight, a bias needs nn.init.zeros_",
+        ):
+            net.apply(init_fn)
+    linears = [net[0], net[2], net[4]]
+    for i, layer in zip((0, 2, 4), linears, strict=True):
         kind = "a subclass of nn.Linear" if type(layer) is not nn.Linear else "an nn.Linear"
+        what = f"layer {i} ({kind}, {layer.in_features}→{layer.out_features}"
+        for name in ("weight", "bias"):
+            expect(
+                getattr(layer, name) is before[f"{i}.{name}"],
+                f"{what})'s {name} is a new Parameter object: fill the layer's own tensor in place "
+                f"(nn.init.xavier_uniform_(m.weight), nn.init.zeros_(m.bias)); an optimizer or a tie made "
+                "earlier still holds the old one",
+            )
+            dtype = dtypes[f"{i}.{name}"]
+            expect(
+                getattr(layer, name).dtype == dtype,
+                f"{what}, {dtype})'s {name} is {getattr(layer, name).dtype} now: a freshly made tensor "
+                "assigned through .data keeps neither the layer's dtype nor its device. Fill the layer's own "
+                "tensor in place with nn.init",
+            )
         expect(
             bool((layer.bias == 0).all()),
-            f"layer {i} ({kind}, {layer.in_features}→{layer.out_features}) still has non-zero biases"
+            f"{what}) still has non-zero biases"
             + (": test the layer with isinstance(m, nn.Linear), not type(m) == nn.Linear" if i == 2 else
                ": set them with nn.init.zeros_(m.bias)"),
         )
-        std = math.sqrt(2.0 / (layer.in_features + layer.out_features))
+        std = _xavier_std(layer)
         expect(
             _std_matches(layer.weight, std),
             f"layer {i}'s weights have std {layer.weight.std().item():.4f}; Xavier gives "
             f"sqrt(2 / (fan_in + fan_out)) = {std:.4f}. Use nn.init.xavier_uniform_ with its default gain",
         )
         expect(
-            layer.weight.abs().max().item() <= math.sqrt(3) * std + 1e-6,
+            layer.weight.abs().max().item() <= math.sqrt(3) * std * (1 + 1e-6),
             f"layer {i}'s weights exceed the Xavier-uniform bound sqrt(6 / (fan_in + fan_out)) = "
             f"{math.sqrt(3) * std:.4f}: use the uniform variant (xavier_uniform_), not xavier_normal_",
         )
+    pooled = _standardized(linears, _xavier_std) / math.sqrt(3)  # U(-1, 1) if the answer is right
+    expect(
+        _ks_distance(pooled, lambda x: ((x + 1) / 2).clamp(0, 1)) <= _ks_limit(pooled.numel()),
+        "the weights have the right std and stay inside the bound, but they are not uniformly distributed "
+        "on [-b, b]: Xavier-uniform is a uniform law, use nn.init.xavier_uniform_",
+    )
     expect(
         bool((net[3].weight == 2.0).all() and (net[3].bias == 0.5).all()),
         "the LayerNorm changed: initialise linear layers only and leave every other module alone",
     )
 
 
+# ---------------------------------------------------------------- Exercise 2
+
+
+def _kaiming_std(m: nn.Linear) -> float:
+    return math.sqrt(2.0 / m.in_features)
+
+
 @exercise("Exercise 2 · Initialise a lazy network")
 def check_initialize_lazy(initialize: Callable[[nn.Module, torch.Tensor], nn.Module]) -> None:
     """``initialize(net, example)`` materialises every lazy layer, then gives it Kaiming-normal weights."""
     expect(callable(initialize), "pass the function itself, e.g. check_initialize_lazy(initialize_lazy)")
+    f64 = {"dtype": torch.float64}
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        net = nn.Sequential(nn.LazyLinear(256), nn.ReLU(), nn.LazyLinear(128), nn.ReLU(), nn.LazyLinear(10))
-        example = torch.rand(4, 300)
-        try:
+        net = nn.Sequential(nn.LazyLinear(256, **f64), nn.ReLU(), nn.LazyLinear(128, **f64), nn.ReLU(),
+                            nn.LazyLinear(10, **f64))
+        example = torch.rand(4, 300, **f64)
+        with learner_code(
+            "initialize_lazy(net, example_input) on a network of LazyLinear layers (float64, like its input)",
+            "a lazy layer's weight has no shape until the network has seen an input: run net(example_input) "
+            "once, with the example itself (its width, dtype and device), before any nn.init call",
+        ):
             out = initialize(net, example)
-        except (ValueError, RuntimeError) as err:  # nn.init raises either on an uninitialized parameter
-            if "uninitialized parameter" not in str(err):
-                raise
-            expect(False, "an nn.init function met a lazy layer's uninitialized weight: run the network on "
-                          "example_input once (a dry run) before initialising")
     expect(out is net, "return the network you were given (initialised in place)")
     expect(
         not any(isinstance(p, nn.parameter.UninitializedParameter) for p in net.parameters()),
         "some parameters are still uninitialized: call net(example_input) once to infer the shapes",
     )
-    for i, n_in, n_out in ((0, 300, 256), (2, 256, 128), (4, 128, 10)):
-        layer = net[i]
-        expect(layer.weight.shape == (n_out, n_in), f"layer {i} must have weight shape {(n_out, n_in)}")
-        std = math.sqrt(2.0 / n_in)
+    layers = [net[0], net[2], net[4]]
+    for i, layer, n_in, n_out in ((0, layers[0], 300, 256), (2, layers[1], 256, 128), (4, layers[2], 128, 10)):
+        expect(
+            layer.weight.shape == (n_out, n_in),
+            f"layer {i} must have weight shape {(n_out, n_in)}, it has {tuple(layer.weight.shape)}: run the "
+            "dry run on example_input itself",
+        )
+        expect(
+            layer.weight.dtype == layer.bias.dtype == torch.float64,
+            f"layer {i}'s parameters are {layer.weight.dtype} now, the network was float64: a freshly made "
+            "tensor assigned through .data keeps neither the layer's dtype nor its device. Fill m.weight in "
+            "place with nn.init.kaiming_normal_",
+        )
+        std = _kaiming_std(layer)
+        got = layer.weight.std().item()
+        if math.isclose(got, 1 / math.sqrt(3 * n_in), rel_tol=0.05):
+            why = (f" That is nn.Linear's default, 1/sqrt(3 fan_in) = {1 / math.sqrt(3 * n_in):.4f}: your init never "
+                   "ran. A type(m) == nn.Linear test skips a LazyLinear before the dry run")
+        elif math.isclose(got, math.sqrt(2 / n_out), rel_tol=0.05):
+            why = " That is sqrt(2 / fan_out): use mode='fan_in' (the default)"
+        else:
+            why = " Use nn.init.kaiming_normal_(m.weight, nonlinearity='relu')"
         expect(
             _std_matches(layer.weight, std),
-            f"layer {i}'s weights have std {layer.weight.std().item():.4f}, Kaiming normal for ReLU gives "
-            f"sqrt(2 / fan_in) = {std:.4f}. If it is near 1/sqrt(3 fan_in) = {1 / math.sqrt(3 * n_in):.4f}, your "
-            "init never ran: a type(m) == nn.Linear test skips a LazyLinear before the dry run",
+            f"layer {i}'s weights have std {got:.4f}, Kaiming normal for ReLU gives sqrt(2 / fan_in) = {std:.4f}."
+            + why,
         )
         expect(bool((layer.bias == 0).all()), f"layer {i}'s bias must be zero (nn.init.zeros_)")
+    pooled = _standardized(layers, _kaiming_std)  # N(0, 1) if the answer is right
+    expect(
+        _ks_distance(pooled, torch.special.ndtr) <= _ks_limit(pooled.numel()),
+        "the weights have the right std but are not normally distributed: Kaiming *normal* is asked for, "
+        "use nn.init.kaiming_normal_, not kaiming_uniform_",
+    )
+
+
+# ---------------------------------------------------------------- Exercise 3
+
+#: The weight decay Exercise 3 asks for on every parameter with two or more dimensions.
+WEIGHT_DECAY = 1e-4
+
+
+@exercise("Exercise 3 · An optimizer for a lazy network")
+def check_lazy_optimizer(make_optimizer: Callable[[nn.Module, torch.Tensor], torch.optim.Optimizer]) -> None:
+    """``make_optimizer(net, example)`` returns an SGD over the materialised parameters, decay on matrices."""
+    expect(callable(make_optimizer), "pass the function itself, e.g. check_lazy_optimizer(lazy_optimizer)")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.LazyLinear(32), nn.LazyBatchNorm1d(), nn.ReLU(), nn.LazyLinear(4))
+        example = torch.rand(8, 16)
+        with learner_code(
+            "lazy_optimizer(net, example_input) on a network of LazyLinear and LazyBatchNorm1d layers",
+            "a lazy layer's parameters have no shape (p.dim(), p.shape, p.numel()) until the dry run "
+            "net(example_input); and each parameter goes into exactly one group",
+        ):
+            opt = make_optimizer(net, example)
+    expect(opt is not net, "return the optimizer, not the network")
+    expect(isinstance(opt, torch.optim.SGD), f"return a torch.optim.SGD, not {type(opt).__name__}")
+    expect(
+        not any(isinstance(p, nn.parameter.UninitializedParameter) for p in net.parameters()),
+        "the network's parameters are still uninitialized: call net(example_input) once (the dry run)",
+    )
+    expect(all(g["lr"] == 0.1 for g in opt.param_groups), "use lr=0.1 for every group")
+    held = [p for g in opt.param_groups for p in g["params"]]
+    named = list(net.named_parameters())
+    expect(
+        all(any(p is q for _, q in named) for p in held),
+        "the optimizer holds tensors that are not the network's parameters (copies?): pass the parameters "
+        "themselves, from net.parameters() or net.named_parameters()",
+    )
+    for name, p in named:
+        expect(any(p is q for q in held), f"the optimizer does not hold {name}: every parameter must be in a group")
+    decay = {id(p): g["weight_decay"] for g in opt.param_groups for p in g["params"]}
+    matrices = [(name, p) for name, p in named if p.dim() >= 2]
+    flat = [(name, p) for name, p in named if p.dim() < 2]
+    if all(decay[id(p)] == 0 for _, p in matrices):
+        upside_down = any(decay[id(p)] != 0 for _, p in flat)
+        expect(
+            False,
+            "weight decay goes to the 1-D parameters and not to the matrices: the condition is upside down "
+            "(decay p.dim() >= 2)" if upside_down else
+            "no weight matrix gets weight decay. If you chose the groups before the dry run: a lazy layer's "
+            "placeholder parameter reports p.ndim == 1 whatever its final shape. Dry run first, then group",
+        )
+    for name, p in matrices:
+        expect(
+            decay[id(p)] == WEIGHT_DECAY,
+            f"{name} (a {p.dim()}-D weight matrix) must get weight_decay={WEIGHT_DECAY}, it gets {decay[id(p)]}",
+        )
+    for name, p in flat:
+        expect(
+            decay[id(p)] == 0,
+            f"{name} is 1-D (a bias or a normalisation scale): it must get weight_decay=0, it gets "
+            f"{decay[id(p)]}. Put every parameter with p.dim() < 2 in a group without decay (a test on the "
+            "name, such as 'bias' in name, misses a norm layer's 1-D weight)",
+        )
