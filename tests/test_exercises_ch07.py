@@ -1,72 +1,126 @@
-"""Chapter 07's checks accept the reference answers and reject the plausible wrong ones."""
+"""Chapter 07's checks: each rejects a catalogue of plausible wrong answers with the hint that fits, and
+accepts right answers written differently from the notebook's reference solutions (which nbval runs)."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from utils import ExerciseFailed
-from utils.exercises.ch07 import check_one_hot, check_segment_mean, check_select_scores
-
-# --- Exercise 1 · one-hot ----------------------------------------------------------------------------
+from utils.checks import STUB_MESSAGE, outcome
+from utils.exercises.ch07 import check_count_tokens, check_one_hot, check_segment_mean, check_select_scores
 
 
-def one_hot(labels, num_classes):
-    return torch.zeros(len(labels), num_classes).scatter_(1, labels.unsqueeze(1), 1.0)
+def assert_rejected(check, answer, hint):
+    verdict, message = outcome(check, answer)
+    assert verdict == "failed", f"{answer.__name__} was {verdict}"
+    assert hint in message, f"{answer.__name__}: {message}"
+    assert "Traceback" not in message
+
+
+def assert_accepted(check, answer):
+    verdict, message = outcome(check, answer)
+    assert verdict == "passed", f"{answer.__name__}: {message}"
+
+
+# --- Exercise 1 · one-hot with scatter ---------------------------------------------------------------
 
 
 def one_hot_wrong_dim(labels, num_classes):
-    return torch.zeros(len(labels), num_classes).scatter_(0, labels.unsqueeze(1), 1.0)
+    return torch.zeros(len(labels), num_classes, device=labels.device).scatter_(0, labels.unsqueeze(1), 1.0)
 
 
 def one_hot_from_max_label(labels, num_classes):
-    return one_hot(labels, int(labels.max()) + 1)
+    width = int(labels.max()) + 1
+    return torch.zeros(len(labels), width, device=labels.device).scatter_(1, labels.unsqueeze(1), 1.0)
 
 
 def one_hot_integer(labels, num_classes):
-    return torch.zeros(len(labels), num_classes, dtype=torch.long).scatter_(1, labels.unsqueeze(1), 1)
+    out = torch.zeros(len(labels), num_classes, dtype=torch.long, device=labels.device)
+    return out.scatter_(1, labels.unsqueeze(1), 1)
 
 
-def one_hot_in_place_on_labels(labels, num_classes):
-    out = one_hot(labels, num_classes)
-    labels.zero_()
-    return out
+def one_hot_unsqueeze_in_place(labels, num_classes):
+    labels.unsqueeze_(1)
+    return torch.zeros(labels.shape[0], num_classes, device=labels.device).scatter_(1, labels, 1.0)
 
 
-def one_hot_unsqueezed_wrong(labels, num_classes):     # index with one dimension too few: PyTorch refuses
-    return torch.zeros(len(labels), num_classes).scatter_(1, labels, 1.0)
+def one_hot_index_not_unsqueezed(labels, num_classes):       # PyTorch refuses: index has one dim too few
+    return torch.zeros(len(labels), num_classes, device=labels.device).scatter_(1, labels, 1.0)
 
 
-def test_one_hot_accepts_reference(capsys):
-    check_one_hot(one_hot)
-    assert "passed" in capsys.readouterr().out
+def one_hot_index_moved_with_to_out(labels, num_classes):    # .to(out) also converts the index to float
+    out = torch.zeros(len(labels), num_classes)
+    return out.scatter_(1, labels.unsqueeze(1).to(out), 1.0)
+
+
+def one_hot_default_device(labels, num_classes):
+    return torch.zeros(len(labels), num_classes).scatter_(1, labels.unsqueeze(1), 1.0)
+
+
+def one_hot_with_f_one_hot(labels, num_classes):
+    return F.one_hot(labels, num_classes).float()
+
+
+def one_hot_eye_rows(labels, num_classes):
+    return torch.eye(num_classes, device=labels.device)[labels]
+
+
+def one_hot_comparison(labels, num_classes):
+    return (labels.unsqueeze(1) == torch.arange(num_classes, device=labels.device)).float()
+
+
+ONE_HOT_WRONG = [
+    (one_hot_wrong_dim, "scatter along dim=1"),
+    (one_hot_from_max_label, "use num_classes for the width"),
+    (one_hot_integer, "return a float tensor"),
+    (one_hot_unsqueeze_in_place, "do not modify labels in place"),
+    (one_hot_index_not_unsqueezed, "labels.unsqueeze(1)"),
+    (one_hot_index_moved_with_to_out, ".to(out) converts the dtype too"),
+    (one_hot_default_device, "create every new tensor on labels.device"),
+    (one_hot_with_f_one_hot, "build it with scatter_"),
+    (one_hot_eye_rows, "build it with scatter_"),
+    (one_hot_comparison, "build it with scatter_"),
+]
+
+
+@pytest.mark.parametrize(("answer", "hint"), ONE_HOT_WRONG, ids=[a.__name__ for a, _ in ONE_HOT_WRONG])
+def test_one_hot_rejects(answer, hint):
+    assert_rejected(check_one_hot, answer, hint)
+
+
+def test_one_hot_wrong_dim_runs_silently():
+    # The check's data lets the wrong dim run, so the learner sees the hint about dim, not a crash.
+    labels = torch.tensor([2, 0, 3, 1, 3, 0, 2])
+    assert one_hot_wrong_dim(labels, 4).shape == (7, 4)
+
+
+def one_hot_new_zeros(labels, num_classes):
+    return labels.new_zeros((labels.numel(), num_classes), dtype=torch.float32).scatter_(1, labels[:, None], 1.0)
+
+
+def one_hot_out_of_place_value(labels, num_classes):
+    zeros = torch.zeros(labels.shape[0], num_classes, device=labels.device)
+    return zeros.scatter(1, labels.view(-1, 1), value=1.0)
+
+
+def one_hot_scatter_add(labels, num_classes):
+    n = labels.shape[0]
+    ones = torch.ones(n, 1, device=labels.device)
+    return torch.zeros(n, num_classes, device=labels.device).scatter_add_(1, labels.reshape(n, 1), ones)
+
+
+def one_hot_float64(labels, num_classes):
+    out = torch.zeros(len(labels), num_classes, dtype=torch.float64, device=labels.device)
+    return out.scatter_(-1, labels.unsqueeze(-1), 1)
 
 
 @pytest.mark.parametrize(
-    "wrong",
-    [one_hot_wrong_dim, one_hot_from_max_label, one_hot_integer, one_hot_in_place_on_labels, one_hot_unsqueezed_wrong],
+    "answer", [one_hot_new_zeros, one_hot_out_of_place_value, one_hot_scatter_add, one_hot_float64]
 )
-def test_one_hot_rejects(wrong):
-    with pytest.raises(ExerciseFailed):
-        check_one_hot(wrong)
-
-
-def test_one_hot_wrong_dim_runs_silently_and_gets_the_dim_hint():
-    # The check's data must let the wrong dim run, so the learner sees the hint about dim, not a crash.
-    labels = torch.tensor([2, 0, 3, 1, 3, 0, 2])
-    assert one_hot_wrong_dim(labels, 4).shape == (7, 4)
-    with pytest.raises(ExerciseFailed, match="dim=1"):
-        check_one_hot(one_hot_wrong_dim)
-
-
-def test_a_crash_becomes_a_failed_check():
-    with pytest.raises(ExerciseFailed, match="raised RuntimeError"):
-        check_one_hot(one_hot_unsqueezed_wrong)
+def test_one_hot_accepts(answer):
+    assert_accepted(check_one_hot, answer)
 
 
 # --- Exercise 2 · select each label's score ------------------------------------------------------------
-
-
-def select_scores(scores, labels):
-    return scores.gather(2, labels.unsqueeze(-1)).squeeze(-1)
 
 
 def select_scores_wrong_dim(scores, labels):
@@ -78,99 +132,368 @@ def select_scores_squeeze_all(scores, labels):
 
 
 def select_scores_detached(scores, labels):
-    return select_scores(scores.detach(), labels)
+    return scores.detach().gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+
+
+def select_scores_items(scores, labels):
+    rows = [[scores[b, n, labels[b, n]].item() for n in range(labels.shape[1])] for b in range(labels.shape[0])]
+    return torch.tensor(rows, device=scores.device)
+
+
+def select_scores_index_to_scores(scores, labels):           # .to(scores) makes the index float
+    return scores.gather(-1, labels.to(scores).unsqueeze(-1)).squeeze(-1)
+
+
+def select_scores_all_labels(scores, labels):                # scores[:, :, labels] pairs every row with every label
+    return scores[:, :, labels]
+
+
+def select_scores_unsqueeze_wrong_place(scores, labels):
+    return scores.gather(2, labels.unsqueeze(1)).squeeze(1)
+
+
+def select_scores_unsqueeze_in_place(scores, labels):
+    labels.unsqueeze_(-1)
+    return scores.gather(-1, labels).squeeze(-1)
+
+
+def select_scores_best_class(scores, labels):
+    return scores.max(dim=-1).values
+
+
+def select_scores_loop_on_default_device(scores, labels):
+    out = torch.zeros(labels.shape)
+    for b in range(labels.shape[0]):
+        for n in range(labels.shape[1]):
+            out[b, n] = scores[b, n, labels[b, n]]
+    return out
+
+
+SELECT_WRONG = [
+    (select_scores_wrong_dim, "gather along dim=2 (or -1)"),
+    (select_scores_squeeze_all, "squeeze only the last dim"),
+    (select_scores_detached, "keep the result differentiable"),
+    (select_scores_items, "keep the result differentiable"),
+    (select_scores_index_to_scores, "labels.to(scores) would turn them into floats"),
+    (select_scores_all_labels, "give shape (2, 5)"),
+    (select_scores_unsqueeze_wrong_place, "gather along dim=2 (or -1)"),
+    (select_scores_unsqueeze_in_place, "do not modify labels in place"),
+    (select_scores_best_class, "out[b, n] must be scores[b, n, labels[b, n]]"),
+    (select_scores_loop_on_default_device, "create every new tensor on scores.device"),
+]
+
+
+@pytest.mark.parametrize(("answer", "hint"), SELECT_WRONG, ids=[a.__name__ for a, _ in SELECT_WRONG])
+def test_select_scores_rejects(answer, hint):
+    assert_rejected(check_select_scores, answer, hint)
+
+
+def select_scores_take_along_dim(scores, labels):
+    return torch.take_along_dim(scores, labels[..., None], dim=-1)[..., 0]
 
 
 def select_scores_advanced_indexing(scores, labels):
-    b = torch.arange(scores.shape[0]).unsqueeze(1)
-    n = torch.arange(scores.shape[1]).unsqueeze(0)
+    b = torch.arange(scores.shape[0], device=scores.device).unsqueeze(1)
+    n = torch.arange(scores.shape[1], device=scores.device).unsqueeze(0)
     return scores[b, n, labels]
 
 
-def test_select_scores_accepts_reference_and_advanced_indexing(capsys):
-    check_select_scores(select_scores)
-    check_select_scores(select_scores_advanced_indexing)
-    assert capsys.readouterr().out.count("passed") == 2
+def select_scores_one_hot_product(scores, labels):
+    return (scores * F.one_hot(labels, scores.shape[-1])).sum(-1)
 
 
-@pytest.mark.parametrize("wrong", [select_scores_wrong_dim, select_scores_squeeze_all, select_scores_detached])
-def test_select_scores_rejects(wrong):
-    with pytest.raises(ExerciseFailed):
-        check_select_scores(wrong)
+def select_scores_flat_gather(scores, labels):
+    c = scores.shape[-1]
+    return scores.reshape(-1, c).gather(1, labels.reshape(-1, 1)).reshape(labels.shape)
 
 
-def test_select_scores_wrong_dim_gets_the_dim_hint():
-    with pytest.raises(ExerciseFailed, match="dim=2"):
-        check_select_scores(select_scores_wrong_dim)
+@pytest.mark.parametrize(
+    "answer",
+    [select_scores_take_along_dim, select_scores_advanced_indexing, select_scores_one_hot_product,
+     select_scores_flat_gather],
+)
+def test_select_scores_accepts(answer):
+    assert_accepted(check_select_scores, answer)
 
 
 # --- Exercise 3 · segment mean -------------------------------------------------------------------------
 
 
-def segment_mean(values, ids, num_segments):
-    index = ids.unsqueeze(1).expand_as(values)
-    out = torch.zeros(num_segments, values.shape[1], dtype=values.dtype)
-    return out.scatter_reduce(0, index, values, "mean", include_self=False)
-
-
-def segment_mean_index_add(values, ids, num_segments):
-    sums = torch.zeros(num_segments, values.shape[1]).index_add_(0, ids, values)
-    return sums / torch.bincount(ids, minlength=num_segments).clamp(min=1).unsqueeze(1)
-
-
-def segment_mean_wrong_dim(values, ids, num_segments):
-    sums = torch.zeros(num_segments, values.shape[1]).index_add_(0, ids, values)
+def segment_mean_wrong_broadcast(values, ids, num_segments):
+    sums = values.new_zeros(num_segments, values.shape[1]).index_add_(0, ids, values)
     return sums / torch.bincount(ids, minlength=num_segments).clamp(min=1)     # divides the columns
 
 
 def segment_mean_include_self(values, ids, num_segments):
     index = ids.unsqueeze(1).expand_as(values)
-    return torch.zeros(num_segments, values.shape[1]).scatter_reduce(0, index, values, "mean")
+    return values.new_zeros(num_segments, values.shape[1]).scatter_reduce(0, index, values, "mean")
 
 
 def segment_mean_nan_when_empty(values, ids, num_segments):
-    sums = torch.zeros(num_segments, values.shape[1]).index_add_(0, ids, values)
+    sums = values.new_zeros(num_segments, values.shape[1]).index_add_(0, ids, values)
     return sums / torch.bincount(ids, minlength=num_segments).unsqueeze(1)
 
 
 def segment_mean_from_max_id(values, ids, num_segments):
-    return segment_mean(values, ids, int(ids.max()) + 1)
+    s = int(ids.max()) + 1
+    sums = values.new_zeros(s, values.shape[1]).index_add_(0, ids, values)
+    return sums / torch.bincount(ids, minlength=s).clamp(min=1).unsqueeze(1)
 
 
 def segment_sum(values, ids, num_segments):
-    return torch.zeros(num_segments, values.shape[1]).index_add_(0, ids, values)
+    return values.new_zeros(num_segments, values.shape[1]).index_add_(0, ids, values)
 
 
-def test_segment_mean_accepts_references(capsys):
-    check_segment_mean(segment_mean)
-    check_segment_mean(segment_mean_index_add)
-    assert capsys.readouterr().out.count("passed") == 2
+def segment_mean_scatter_overwrites(values, ids, num_segments):
+    index = ids.unsqueeze(1).expand_as(values)
+    sums = values.new_zeros(num_segments, values.shape[1]).scatter_(0, index, values)
+    return sums / torch.bincount(ids, minlength=num_segments).clamp(min=1).unsqueeze(1)
+
+
+def segment_mean_floor_division(values, ids, num_segments):
+    sums = values.new_zeros(num_segments, values.shape[1]).index_add_(0, ids, values)
+    return sums // torch.bincount(ids, minlength=num_segments).clamp(min=1).unsqueeze(1)
+
+
+def segment_mean_equal_sized_segments(values, ids, num_segments):     # assumes N divides evenly
+    return values.reshape(num_segments, -1, values.shape[1]).mean(1)
+
+
+def segment_mean_default_device(values, ids, num_segments):
+    sums = torch.zeros(num_segments, values.shape[1], dtype=values.dtype).index_add_(0, ids, values)
+    return sums / torch.bincount(ids, minlength=num_segments).clamp(min=1).unsqueeze(1)
+
+
+def segment_mean_default_dtype(values, ids, num_segments):
+    sums = torch.zeros(num_segments, values.shape[1], device=values.device).index_add_(0, ids, values)
+    return sums / torch.bincount(ids, minlength=num_segments).clamp(min=1).unsqueeze(1)
+
+
+def segment_mean_ids_in_place(values, ids, num_segments):
+    index = ids.unsqueeze_(1).expand_as(values)
+    return values.new_zeros(num_segments, values.shape[1]).scatter_reduce(0, index, values, "mean", include_self=False)
+
+
+def segment_mean_python_lists(values, ids, num_segments):
+    rows = []
+    for s in range(num_segments):
+        members = values[ids == s]
+        rows.append(members.mean(0).tolist() if len(members) else [0.0] * values.shape[1])
+    return torch.tensor(rows, dtype=values.dtype, device=values.device)
+
+
+def segment_mean_counts_on_default_device(values, ids, num_segments):
+    sums = values.new_zeros(num_segments, values.shape[1]).index_add_(0, ids, values)
+    counts = torch.zeros(num_segments, dtype=values.dtype).index_add_(0, ids, torch.ones(len(ids), dtype=values.dtype))
+    return sums / counts.clamp(min=1).unsqueeze(1)
+
+
+SEGMENT_WRONG = [
+    (segment_mean_wrong_broadcast, "counts.unsqueeze(1) makes them divide the rows"),
+    (segment_mean_include_self, "include_self=False"),
+    (segment_mean_nan_when_empty, "not NaN"),
+    (segment_mean_from_max_id, "not ids.max() + 1"),
+    (segment_sum, "row s must be the mean"),
+    (segment_mean_scatter_overwrites, "repeated ids must add up"),
+    (segment_mean_floor_division, "divide with /, not //"),
+    (segment_mean_equal_sized_segments, "need not be contiguous nor of equal size"),
+    (segment_mean_default_device, "create every new tensor on values.device"),
+    (segment_mean_default_dtype, "values' dtype"),
+    (segment_mean_ids_in_place, "do not modify segment_ids in place"),
+    (segment_mean_python_lists, "keep the result differentiable"),
+    (segment_mean_counts_on_default_device, "create every new tensor on values.device"),
+]
+
+
+@pytest.mark.parametrize(("answer", "hint"), SEGMENT_WRONG, ids=[a.__name__ for a, _ in SEGMENT_WRONG])
+def test_segment_mean_rejects(answer, hint):
+    assert_rejected(check_segment_mean, answer, hint)
+
+
+def test_segment_mean_data_has_uneven_segments_and_fractional_means():
+    # What the floor-division, equal-size and overwrite entries rely on.
+    from utils.exercises.ch07 import SEGMENT_IDS, SEGMENT_VALUES, _segment_mean_reference
+
+    assert len(SEGMENT_IDS) % 4 != 0 and torch.bincount(SEGMENT_IDS, minlength=4).tolist() == [3, 1, 3, 0]
+    means = _segment_mean_reference(SEGMENT_VALUES, SEGMENT_IDS, 4)
+    assert not torch.equal(means, means.floor())
+    for s in (0, 2):
+        members = SEGMENT_VALUES[SEGMENT_IDS == s]
+        assert not any(torch.allclose(row, members.sum(0)) for row in members)
+
+
+def segment_mean_index_add_bincount(values, ids, num_segments):
+    sums = values.new_zeros(num_segments, values.shape[1]).index_add_(0, ids, values)
+    counts = torch.bincount(ids, minlength=num_segments).clamp(min=1)
+    return sums / counts.unsqueeze(1).to(values.dtype)
+
+
+def segment_mean_two_scatter_adds(values, ids, num_segments):
+    index = ids[:, None].expand(-1, values.shape[1])
+    sums = values.new_zeros((num_segments, values.shape[1])).scatter_add(0, index, values)
+    counts = values.new_zeros(num_segments).scatter_add(0, ids, torch.ones_like(ids, dtype=values.dtype))
+    return sums / counts.clamp(min=1)[:, None]
+
+
+def segment_mean_one_hot_matmul(values, ids, num_segments):
+    member = F.one_hot(ids, num_segments).T.to(values.dtype)            # (S, N)
+    return member @ values / member.sum(1, keepdim=True).clamp(min=1)
+
+
+def segment_mean_index_reduce(values, ids, num_segments):
+    out = values.new_zeros(num_segments, values.shape[1])
+    return out.index_reduce_(0, ids, values, "mean", include_self=False)
+
+
+@pytest.mark.filterwarnings("ignore:index_reduce\\(\\) is in beta")
+@pytest.mark.parametrize(
+    "answer",
+    [segment_mean_index_add_bincount, segment_mean_two_scatter_adds, segment_mean_one_hot_matmul,
+     segment_mean_index_reduce],
+)
+def test_segment_mean_accepts(answer):
+    assert_accepted(check_segment_mean, answer)
+
+
+# --- Exercise 4 · count tokens per row -------------------------------------------------------------------
+
+
+def count_tokens_plus_equals(tokens, vocab_size):
+    out = torch.zeros(tokens.shape[0], vocab_size, dtype=torch.long, device=tokens.device)
+    rows = torch.arange(tokens.shape[0], device=tokens.device).unsqueeze(1)
+    out[rows, tokens] += 1
+    return out
+
+
+def count_tokens_scatter(tokens, vocab_size):
+    out = torch.zeros(tokens.shape[0], vocab_size, dtype=torch.long, device=tokens.device)
+    return out.scatter_(1, tokens, 1)
+
+
+def count_tokens_index_put_no_accumulate(tokens, vocab_size):
+    out = torch.zeros(tokens.shape[0], vocab_size, dtype=torch.long, device=tokens.device)
+    rows = torch.arange(tokens.shape[0], device=tokens.device).unsqueeze(1).expand_as(tokens)
+    return out.index_put_((rows, tokens), torch.ones_like(tokens))
+
+
+def count_tokens_wrong_dim(tokens, vocab_size):
+    out = torch.zeros(tokens.shape[0], vocab_size, dtype=torch.long, device=tokens.device)
+    return out.scatter_add_(0, tokens, torch.ones_like(tokens))
+
+
+def count_tokens_float(tokens, vocab_size):
+    out = torch.zeros(tokens.shape[0], vocab_size, device=tokens.device)
+    return out.scatter_add_(1, tokens, torch.ones(tokens.shape, device=tokens.device))
+
+
+def count_tokens_float_ones(tokens, vocab_size):            # PyTorch refuses: src and self dtypes differ
+    out = torch.zeros(tokens.shape[0], vocab_size, dtype=torch.long, device=tokens.device)
+    return out.scatter_add_(1, tokens, torch.ones(tokens.shape, device=tokens.device))
+
+
+def count_tokens_from_max(tokens, vocab_size):
+    return F.one_hot(tokens).sum(1)
+
+
+def count_tokens_whole_batch(tokens, vocab_size):
+    return torch.bincount(tokens.flatten(), minlength=vocab_size)
+
+
+def count_tokens_default_device(tokens, vocab_size):
+    out = torch.zeros(tokens.shape[0], vocab_size, dtype=torch.long)
+    return out.scatter_add_(1, tokens, torch.ones_like(tokens))
+
+
+def count_tokens_rows_on_default_device(tokens, vocab_size):
+    out = torch.zeros(tokens.shape[0], vocab_size, dtype=torch.long, device=tokens.device)
+    rows = torch.arange(tokens.shape[0]).unsqueeze(1).expand_as(tokens)
+    return out.index_put_((rows, tokens), torch.ones_like(tokens), accumulate=True)
+
+
+def count_tokens_offsets_in_place(tokens, vocab_size):
+    b = tokens.shape[0]
+    tokens += torch.arange(b, device=tokens.device).unsqueeze(1) * vocab_size
+    return torch.bincount(tokens.flatten(), minlength=b * vocab_size).view(b, vocab_size)
+
+
+COUNT_WRONG = [
+    (count_tokens_plus_equals, "is counted once"),
+    (count_tokens_scatter, "is counted once"),
+    (count_tokens_index_put_no_accumulate, "accumulate=True"),
+    (count_tokens_wrong_dim, "not dim 0"),
+    (count_tokens_float, "return int64"),
+    (count_tokens_float_ones, "torch.ones_like(tokens)"),
+    (count_tokens_from_max, "not tokens.max() + 1"),
+    (count_tokens_whole_batch, "each row keeps its own counts"),
+    (count_tokens_default_device, "create every new tensor on tokens.device"),
+    (count_tokens_rows_on_default_device, "create every new tensor on tokens.device"),
+    (count_tokens_offsets_in_place, "do not modify tokens in place"),
+]
+
+
+@pytest.mark.parametrize(("answer", "hint"), COUNT_WRONG, ids=[a.__name__ for a, _ in COUNT_WRONG])
+def test_count_tokens_rejects(answer, hint):
+    assert_rejected(check_count_tokens, answer, hint)
+
+
+def count_tokens_index_put_accumulate(tokens, vocab_size):
+    out = tokens.new_zeros(tokens.shape[0], vocab_size)
+    rows = torch.arange(tokens.shape[0], device=tokens.device)[:, None].expand_as(tokens)
+    return out.index_put_((rows, tokens), torch.ones_like(tokens), accumulate=True)
+
+
+def count_tokens_one_hot_sum(tokens, vocab_size):
+    return F.one_hot(tokens, vocab_size).sum(dim=1)
+
+
+def count_tokens_bincount_offsets(tokens, vocab_size):
+    b = tokens.shape[0]
+    shifted = tokens + torch.arange(b, device=tokens.device).unsqueeze(1) * vocab_size
+    return torch.bincount(shifted.flatten(), minlength=b * vocab_size).view(b, vocab_size)
+
+
+def count_tokens_scatter_reduce_sum(tokens, vocab_size):
+    out = torch.zeros(tokens.shape[0], vocab_size, dtype=tokens.dtype, device=tokens.device)
+    return out.scatter_reduce(1, tokens, torch.ones_like(tokens), "sum")
 
 
 @pytest.mark.parametrize(
-    "wrong",
-    [segment_mean_wrong_dim, segment_mean_include_self, segment_mean_nan_when_empty, segment_mean_from_max_id,
-     segment_sum],
+    "answer",
+    [count_tokens_index_put_accumulate, count_tokens_one_hot_sum, count_tokens_bincount_offsets,
+     count_tokens_scatter_reduce_sum],
 )
-def test_segment_mean_rejects(wrong):
-    with pytest.raises(ExerciseFailed):
-        check_segment_mean(wrong)
+def test_count_tokens_accepts(answer):
+    assert_accepted(check_count_tokens, answer)
 
 
-@pytest.mark.parametrize(
-    ("wrong", "hint"),
-    [(segment_mean_wrong_dim, "dim 0"), (segment_mean_include_self, "include_self=False"),
-     (segment_mean_nan_when_empty, "NaN")],
-)
-def test_segment_mean_hints_name_the_mistake(wrong, hint):
-    with pytest.raises(ExerciseFailed, match=hint):
-        check_segment_mean(wrong)
+# --- every check ------------------------------------------------------------------------------------------
+
+CHECKS = [check_one_hot, check_select_scores, check_segment_mean, check_count_tokens]
 
 
-@pytest.mark.parametrize("check", [check_one_hot, check_select_scores, check_segment_mean])
-def test_stubs_are_not_attempted(check, capsys):
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
+def test_the_stub_is_not_attempted(check, capsys):
     def stub(*args):
-        raise NotImplementedError
+        raise NotImplementedError(STUB_MESSAGE)
 
+    assert outcome(check, stub) == ("not attempted", "")
     check(stub)
     assert "not attempted yet" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
+def test_other_errors_become_hints_not_not_attempted(check):
+    def unfinished(*args):
+        raise NotImplementedError                       # not the stub's message: the learner's own
+
+    def broken(*args):
+        return torch.ones(2, 3) @ torch.ones(2, 3)      # PyTorch refuses the shapes
+
+    for answer in (unfinished, broken):
+        verdict, hint = outcome(check, answer)
+        assert verdict == "failed" and "raised" in hint and "Likely cause" in hint
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
+def test_returning_something_else_than_a_tensor_is_a_hint(check):
+    assert_rejected(check, lambda *args: [[0.0]], "return a tensor, got list")

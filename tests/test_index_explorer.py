@@ -299,6 +299,35 @@ def test_an_invalid_choice_reports_instead_of_crashing():
     assert ui.error is None and ui.view.dim == 0 and ui.redraws == 2
 
 
+def test_a_refused_choice_leaves_no_old_drawing_behind():
+    ui = build_explorer((3, 4), torch.tensor([[3, 0, 1]]), dim=1, op="gather")
+    assert ui.image.value and ui.figure is not None
+    ui.dim.value = 0                                   # refused: 3 is out of range for dimension 0
+    assert ui.image.value == b"" and ui.image.layout.display == "none" and ui.figure is None
+    ui.dim.value = 1                                   # valid again: drawn and shown again
+    assert bytes(ui.image.value).startswith(b"\x89PNG") and ui.image.layout.display is None
+    assert ui.figure is not None and ui.redraws == 2
+
+
+def test_messages_are_html_escaped():
+    ui = build_explorer((3, 4), torch.tensor([[3, 0, 1]]), dim=1, op="gather")
+    ui.index_text.value = "<b>1</b>"
+    assert ui.error is not None and "<b>" not in ui.message.value and "&lt;b&gt;" in ui.message.value
+
+
+def test_shown_as_a_value_it_leaves_a_picture_and_a_readable_line():
+    ui = build_explorer((3, 4), torch.tensor([[2, 0, 0], [1, 1, 3], [0, 3, 2]]), dim=1, op="gather")
+    bundle = ui._repr_mimebundle_()
+    assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == ui.widget.model_id
+    assert bundle["image/png"] == bytes(ui.image.value) and bundle["image/png"].startswith(b"\x89PNG")
+    line = bundle["text/plain"]
+    assert "VBox" not in line and "\n" not in line and repr(ui) == line
+    assert line.startswith("Index explorer: gather along dim=1") and "out[i][j] = data[i][index[i][j]]" in line
+    ui.dim.value = 0
+    refused = ui._repr_mimebundle_()
+    assert "image/png" not in refused and "not drawn" in refused["text/plain"]
+
+
 def test_randomise_button_draws_a_new_valid_index():
     ui = build_explorer((3, 4), dim=1, op="scatter", seed=5)
     before = ui.index_text.value
@@ -336,3 +365,38 @@ def test_mapping_is_complete_for_3d():
     pairs = index_mapping(shape, index, dim, "gather")
     assert len(pairs) == math.prod(index.shape)
     assert all(src[0] == dst[0] and src[2] == dst[2] and src[1] == index[dst] for src, dst in pairs)
+
+
+# --- the chapter's explorer cell --------------------------------------------------------------------------
+
+
+def _chapter_cells():
+    import nbformat
+
+    from tools.course import BY_NUMBER
+
+    return [c for c in nbformat.read(BY_NUMBER["07"].path, as_version=4).cells if c.cell_type == "code"]
+
+
+def _is_widget_cell(cell) -> bool:
+    return "build_explorer(" in cell.source and "nbval-ignore-output" in cell.metadata.get("tags", [])
+
+
+def test_the_displayed_explorer_is_not_changed_by_later_cells():
+    # After Run All the widget must still show what its own cell built: later cells drive their own instance.
+    import re
+
+    cells = _chapter_cells()
+    (shown,) = [i for i, c in enumerate(cells) if _is_widget_cell(c)]
+    name = re.search(r"^(\w+)\s*=\s*build_explorer\(", cells[shown].source, re.M).group(1)
+    driving = re.compile(
+        rf"\b{name}\.(op|dim|index_text|arrows)\.value\b[^=\n]*=(?!=)|\b{name}\.(randomise\.click|update|shuffle)\("
+    )
+    assert not [c.source for c in cells[shown + 1 :] if driving.search(c.source)]
+
+
+def test_the_committed_explorer_cell_reads_well_without_a_kernel():
+    (cell,) = [c for c in _chapter_cells() if _is_widget_cell(c)]
+    (output,) = [o for o in cell.outputs if o.output_type in ("execute_result", "display_data")]
+    assert "image/png" in output.data
+    assert output.data["text/plain"].startswith("Index explorer:") and "VBox" not in output.data["text/plain"]

@@ -25,12 +25,18 @@ scatter    ``out = data.scatter(dim, index, src)``      ``data``, which is writt
 For ``gather`` the pairs are ``(position in data, position in out)``; for ``scatter`` they are
 ``(position in src, position in out)``. Both are listed in the row-major order of the index.
 
-matplotlib and ipywidgets are imported inside the functions that need them, so importing this module
-costs nothing beyond ``import torch``.
+Used by chapter 07 (Gather and scatter): its explorer section builds the widget, and the cells after
+it assert on what the callback computes.
+
+Wherever a notebook is not live (GitHub, an HTML export, slides, a notebook opened without running
+it) an :class:`IndexExplorer` shown as a cell's value displays its drawing (PNG) and a readable line
+(text), never the ``VBox(children=...)`` repr of its widgets. matplotlib and ipywidgets are imported
+inside the functions that need them, so importing this module costs nothing beyond ``import torch``.
 """
 
 from __future__ import annotations
 
+import html
 import io
 import itertools
 import math
@@ -378,8 +384,11 @@ class IndexExplorer:
     Attributes a test or notebook can drive: ``dim``, ``op`` (ToggleButtons), ``index_text``
     (Textarea), ``randomise`` (Button), ``arrows`` (Checkbox). After every change :meth:`update`
     recomputes ``view`` (the :class:`IndexMap`, ``None`` while the controls describe something PyTorch
-    would refuse; ``error`` then says why), redraws ``image`` (PNG) and counts ``redraws``.
-    Display it with ``explorer.widget`` as the last line of a cell.
+    would refuse; ``error`` then says why), redraws ``image`` (PNG) and counts ``redraws``. A refused
+    choice also clears ``image`` and ``figure``, so no earlier drawing stays under the new message.
+
+    Display it as the last line of a cell (``explorer``): a live notebook shows the controls, and
+    everywhere else the cell keeps the drawing and the line :meth:`describe` returns.
     """
 
     def __init__(
@@ -443,8 +452,11 @@ class IndexExplorer:
             index = parse_index(self.index_text.value, len(self.input_shape))
             view = explore(self.input_shape, index, self.dim.value, self.op.value)
         except ValueError as err:
-            self.view, self.error = None, str(err)
-            self.message.value = f"<span style='color:#b00'>Not drawn: {_escape(str(err))}</span>"
+            # Nothing of the previous drawing may stay under a message about another choice.
+            self.view, self.figure, self.error = None, None, str(err)
+            self.image.value = b""
+            self.image.layout.display = "none"
+            self.message.value = f"<span style='color:#b00'>Not drawn: {html.escape(str(err))}</span>"
             return
         figure = draw_index_map(view, arrows=self.arrows.value)
         buffer = io.BytesIO()
@@ -452,14 +464,39 @@ class IndexExplorer:
         plt.close(figure)  # the PNG is shown by the Image widget; keep pyplot from showing it again
         self.view, self.figure, self.error = view, figure, None
         self.image.value = buffer.getvalue()
+        self.image.layout.display = None
         self.redraws += 1
         clash = view.collisions
         note = f"; {len(clash)} output cell(s) written more than once (black frame)" if clash else ""
-        self.message.value = f"{len(view.pairs)} elements moved. Rule: <code>{_escape(view.rule)}</code>{note}"
+        self.message.value = f"{len(view.pairs)} elements moved. Rule: <code>{html.escape(view.rule)}</code>{note}"
 
+    def describe(self) -> str:
+        """One readable line: what the explorer shows now (or why it draws nothing)."""
+        if self.view is None:
+            return f"Index explorer for data of shape {self.input_shape}: not drawn ({self.error})"
+        view = self.view
+        clash = f"; {len(view.collisions)} output cell(s) written more than once" if view.collisions else ""
+        return (
+            f"Index explorer: {view.op} along dim={view.dim} of data of shape {self.input_shape} with an index "
+            f"of shape {tuple(view.index.shape)}: {view.rule}; {len(view.pairs)} elements moved{clash}. "
+            "Run the notebook to use the controls."
+        )
 
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    def __repr__(self) -> str:
+        return self.describe()
+
+    def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict[str, object]:
+        """The live widget, plus a drawing and a readable line for every place that cannot show it."""
+        widget_bundle = getattr(self.widget, "_repr_mimebundle_", None)  # ipywidgets 8; 7 displays itself
+        bundle: dict[str, object] = dict(widget_bundle() or {}) if widget_bundle else {}
+        if "application/vnd.jupyter.widget-view+json" not in bundle and getattr(self.widget, "model_id", None):
+            bundle["application/vnd.jupyter.widget-view+json"] = {
+                "version_major": 2, "version_minor": 0, "model_id": self.widget.model_id,
+            }
+        bundle["text/plain"] = self.describe()
+        if self.image.value:
+            bundle["image/png"] = bytes(self.image.value)
+        return bundle
 
 
 def build_explorer(
