@@ -1,87 +1,201 @@
-"""Chapter 03's checks accept the reference answers and reject the plausible wrong ones."""
+"""Chapter 03's checks: each accepts right answers written in several ways and rejects plausible wrong ones.
+
+The reference answers live in the notebook (nbval runs them); the answers here are written differently.
+"""
 
 import pytest
 import torch
 from torch import nn
 
-from utils import ExerciseFailed
-from utils.exercises.ch03 import check_count_parameters, check_tied_lm
+from utils.checks import outcome
+from utils.exercises.ch03 import check_count_parameters, check_load_checked, check_tied_lm
+
+# ---------------------------------------------------------------- Exercise 1 · TiedLM
 
 
-class TiedLM(nn.Module):
+class _Base(nn.Module):
+    """Untied: an embedding and a head of the right shapes, nothing shared."""
+
     def __init__(self, vocab_size, dim):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, dim)
-        self.body = nn.Sequential(nn.Linear(dim, dim), nn.ReLU())
         self.head = nn.Linear(dim, vocab_size, bias=False)
+
+    def forward(self, tokens):
+        return self.head(self.embed(tokens))
+
+
+# Right answers, written differently from the notebook's reference.
+class TiedOtherWay(_Base):
+    """Tying in the other direction is tying too: one Parameter, two owners."""
+
+    def __init__(self, vocab_size, dim):
+        super().__init__(vocab_size, dim)
+        self.embed.weight = self.head.weight
+
+
+class TiedByMethod(_Base):
+    """A tie_weights() method, as libraries write it, called in __init__."""
+
+    def __init__(self, vocab_size, dim):
+        super().__init__(vocab_size, dim)
+        self.body = nn.Sequential(nn.LayerNorm(dim), nn.Dropout(0.0))
+        self.tie_weights()
+
+    def tie_weights(self):
         self.head.weight = self.embed.weight
 
     def forward(self, tokens):
         return self.head(self.body(self.embed(tokens)))
 
 
-class TiedOtherWay(TiedLM):
-    """Tying in the other direction is tying too: one Parameter, two owners."""
+class HeadOnMeta(nn.Module):
+    """The head is built on meta (its own weight is never allocated), then given the embedding's."""
 
     def __init__(self, vocab_size, dim):
-        super().__init__(vocab_size, dim)
-        self.head = nn.Linear(dim, vocab_size)
-        self.embed.weight = self.head.weight
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, dim)
+        self.head = nn.Linear(dim, vocab_size, bias=False, device="meta")
+        self.head.weight = self.embed.weight
+
+    def forward(self, tokens):
+        return self.head(torch.tanh(self.embed(tokens)))
 
 
-class Untied(TiedLM):
-    def __init__(self, vocab_size, dim):
-        super().__init__(vocab_size, dim)
-        self.head = nn.Linear(dim, vocab_size, bias=False)
+# Wrong answers.
+class TwoLayers(_Base):
+    """Two layers created where one weight should be shared."""
 
 
-class CopiedOnce(Untied):
+class CopiedOnce(_Base):
     def __init__(self, vocab_size, dim):
         super().__init__(vocab_size, dim)
         with torch.no_grad():
             self.head.weight.copy_(self.embed.weight)
 
 
-class NewParameterOnSameMemory(TiedLM):
+class ClonedParameter(_Base):
+    def __init__(self, vocab_size, dim):
+        super().__init__(vocab_size, dim)
+        self.head.weight = nn.Parameter(self.embed.weight.clone())
+
+
+class NewParameterOnSameMemory(_Base):
     def __init__(self, vocab_size, dim):
         super().__init__(vocab_size, dim)
         self.head.weight = nn.Parameter(self.embed.weight.detach())
 
 
-class ManualLogitsUnusedHead(Untied):
+class SharedThroughData(_Base):
+    def __init__(self, vocab_size, dim):
+        super().__init__(vocab_size, dim)
+        self.head.weight.data = self.embed.weight.data
+
+
+class EmbeddingFromHeadWeight(nn.Module):
+    """nn.Embedding(_weight=...) wraps the tensor in a new Parameter: shared memory, two Parameters."""
+
+    def __init__(self, vocab_size, dim):
+        super().__init__()
+        self.head = nn.Linear(dim, vocab_size, bias=False)
+        self.embed = nn.Embedding(vocab_size, dim, _weight=self.head.weight)
+
     def forward(self, tokens):
-        return self.body(self.embed(tokens)) @ self.embed.weight.T
+        return self.head(self.embed(tokens))
 
 
-class WrongShape(TiedLM):
+class TiedInForward(_Base):
+    """The tie is made only at the first forward pass: too late for an optimizer built before it."""
+
     def forward(self, tokens):
-        return self.head(self.body(self.embed(tokens))).mean(dim=1)
+        if self.head.weight is not self.embed.weight:
+            self.head.weight = self.embed.weight
+        return super().forward(tokens)
 
 
-@pytest.mark.parametrize("right", [TiedLM, TiedOtherWay])
-def test_tied_lm_accepts_reference(right, capsys):
-    check_tied_lm(right)
-    assert "passed" in capsys.readouterr().out
+class ManualLogitsUnusedHead(_Base):
+    def __init__(self, vocab_size, dim):
+        super().__init__(vocab_size, dim)
+        self.head.weight = self.embed.weight
+
+    def forward(self, tokens):
+        return self.embed(tokens) @ self.embed.weight.T
+
+
+class PooledLogits(TiedOtherWay):
+    def forward(self, tokens):
+        return super().forward(tokens).mean(dim=1)
+
+
+class HeadWithBias(nn.Module):
+    def __init__(self, vocab_size, dim):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, dim)
+        self.head = nn.Linear(dim, vocab_size)
+        self.head.weight = self.embed.weight
+
+    def forward(self, tokens):
+        return self.head(self.embed(tokens))
+
+
+class ModuleListCalled(nn.Module):
+    def __init__(self, vocab_size, dim):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, dim)
+        self.head = nn.Linear(dim, vocab_size, bias=False)
+        self.head.weight = self.embed.weight
+        self.body = nn.ModuleList([nn.Linear(dim, dim), nn.ReLU()])
+
+    def forward(self, tokens):
+        return self.head(self.body(self.embed(tokens)))
+
+
+@pytest.mark.parametrize("right", [TiedOtherWay, TiedByMethod, HeadOnMeta])
+def test_tied_lm_accepts(right):
+    assert outcome(check_tied_lm, right) == ("passed", "")
 
 
 @pytest.mark.parametrize(
     ("wrong", "hint"),
     [
-        (Untied, "same Parameter object"),
-        (CopiedOnce, "same Parameter object"),
-        (NewParameterOnSameMemory, "same Parameter object"),
+        (TwoLayers, "two different matrices"),
+        (CopiedOnce, "equal values but are two Parameters"),
+        (ClonedParameter, "equal values but are two Parameters"),
+        (NewParameterOnSameMemory, "shares memory with embed.weight but is a different Parameter"),
+        (SharedThroughData, "shares memory with embed.weight but is a different Parameter"),
+        (EmbeddingFromHeadWeight, "shares memory with embed.weight but is a different Parameter"),
+        (TiedInForward, "only after the first forward pass"),
         (ManualLogitsUnusedHead, "output of self.head"),
-        (WrongShape, "shape (3, 7, 50)"),
+        (PooledLogits, "shape (3, 7, 50)"),
+        (HeadWithBias, "no bias"),
+        (ModuleListCalled, "nn.ModuleList was called like a module"),
     ],
 )
 def test_tied_lm_rejects(wrong, hint):
-    with pytest.raises(ExerciseFailed, match="Exercise 1") as failure:
-        check_tied_lm(wrong)
-    assert hint in str(failure.value)
+    verdict, message = outcome(check_tied_lm, wrong)
+    assert verdict == "failed"
+    assert message.startswith("Exercise 1")
+    assert hint in message
 
 
-def count_parameters(model):
-    return sum(p.numel() for p in model.parameters())
+# ---------------------------------------------------------------- Exercise 2 · count_parameters
+
+
+def count_trainable_flat(model):
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def count_by_identity(model):
+    seen = {}
+    for _, p in model.named_parameters(remove_duplicate=False):
+        if p.requires_grad:
+            seen[id(p)] = p.numel()
+    return sum(seen.values())
+
+
+def count_with_vector(model):
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    return int(nn.utils.parameters_to_vector(trainable).numel())
 
 
 def count_from_state_dict(model):
@@ -96,26 +210,235 @@ def count_as_tensor(model):
     return torch.tensor([p.numel() for p in model.parameters()]).sum()
 
 
-def test_count_accepts_reference(capsys):
-    check_count_parameters(count_parameters)
-    assert "passed" in capsys.readouterr().out
+def count_tensors(model):
+    return len(list(model.parameters()))
 
 
-@pytest.mark.parametrize("wrong", [count_from_state_dict, count_with_duplicates, count_as_tensor])
-def test_count_rejects(wrong):
-    with pytest.raises(ExerciseFailed, match="Exercise 2"):
-        check_count_parameters(wrong)
+def count_with_buffers(model):
+    return sum(t.numel() for t in [*model.parameters(), *model.buffers()])
 
 
-def test_unattempted_exercises_say_so(capsys):
+def count_unique_shapes(model):
+    return sum(p.numel() for p in {tuple(p.shape): p for p in model.parameters() if p.requires_grad}.values())
+
+
+def count_unique_values(model):
+    unique = []
+    for p in model.parameters():
+        if p.requires_grad and not any(p.shape == q.shape and torch.equal(p, q) for q in unique):
+            unique.append(p)
+    return sum(p.numel() for p in unique)
+
+
+def count_unique_data_ptr(model):
+    return sum({p.data_ptr(): p.numel() for p in model.parameters() if p.requires_grad}.values())
+
+
+def count_including_frozen(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+def count_as_float(model):
+    return float(sum(p.numel() for p in model.parameters() if p.requires_grad))
+
+
+@pytest.mark.parametrize("right", [count_trainable_flat, count_by_identity, count_with_vector])
+def test_count_accepts(right):
+    assert outcome(check_count_parameters, right) == ("passed", "")
+
+
+@pytest.mark.parametrize(
+    ("wrong", "hint"),
+    [
+        (count_from_state_dict, "a layer used twice has its 12 parameters once"),
+        (count_with_duplicates, "a layer used twice has its 12 parameters once"),
+        (count_as_tensor, "return an int, got Tensor"),
+        (count_tensors, "count numbers (p.numel()), not tensors"),
+        (count_with_buffers, "running statistics are buffers"),
+        (count_unique_shapes, "never by shape or by value"),
+        (count_unique_values, "never by shape or by value"),
+        (count_unique_data_ptr, "every data_ptr() is 0"),
+        (count_including_frozen, "a frozen layer (requires_grad=False) does not"),
+        (count_as_float, "return an int, got float"),
+    ],
+)
+def test_count_rejects(wrong, hint):
+    verdict, message = outcome(check_count_parameters, wrong)
+    assert verdict == "failed"
+    assert message.startswith("Exercise 2")
+    assert hint in message
+
+
+# ---------------------------------------------------------------- Exercise 3 · load_checked
+
+
+def _disagreeing(groups, state_dict):
+    return [names for names in groups if len(names) > 1
+            and any(not torch.equal(state_dict[names[0]], state_dict[n]) for n in names[1:])]
+
+
+def load_checked_keep_vars(model, state_dict):
+    """Groups by identity through state_dict(keep_vars=True), which hands out the Parameters themselves."""
+    groups = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        groups.setdefault(id(tensor), []).append(name)
+    bad = _disagreeing(groups.values(), state_dict)
+    if bad:
+        raise ValueError(f"untied checkpoint for tied parameters {bad}")
+    model.load_state_dict(state_dict)
+
+
+def load_checked_modules(model, state_dict):
+    """Walks every owner of every Parameter."""
+    owners = {}
+    for prefix, module in model.named_modules(remove_duplicate=False):
+        for name, p in module.named_parameters(recurse=False):
+            owners.setdefault(p, []).append(f"{prefix}.{name}" if prefix else name)
+    for names in owners.values():
+        first = state_dict[names[0]]
+        for other in names[1:]:
+            if not torch.equal(first, state_dict[other]):
+                raise ValueError(f"{names[0]} and {other} share one Parameter but differ in the checkpoint")
+    model.load_state_dict(state_dict)
+
+
+def load_checked_pairwise(model, state_dict):
+    names = [name for name, _ in model.named_parameters(remove_duplicate=False)]
+    clashes = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]
+               if model.get_parameter(a) is model.get_parameter(b)
+               and not torch.equal(state_dict[a], state_dict[b])]
+    if clashes:
+        raise ValueError("tied parameters disagree: " + ", ".join(f"{a} != {b}" for a, b in clashes))
+    model.load_state_dict(state_dict)
+
+
+def load_plain(model, state_dict):
+    model.load_state_dict(state_dict)
+
+
+def load_checked_default_names(model, state_dict):
+    """named_parameters() lists a shared Parameter once, so no group ever has two names."""
+    groups = {}
+    for name, p in model.named_parameters():
+        groups.setdefault(id(p), []).append(name)
+    bad = _disagreeing(groups.values(), state_dict)
+    if bad:
+        raise ValueError(str(bad))
+    model.load_state_dict(state_dict)
+
+
+def load_checked_by_shape(model, state_dict):
+    groups = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(tuple(p.shape), []).append(name)
+    bad = _disagreeing(groups.values(), state_dict)
+    if bad:
+        raise ValueError(str(bad))
+    model.load_state_dict(state_dict)
+
+
+def load_checked_by_value(model, state_dict):
+    named = list(model.named_parameters(remove_duplicate=False))
+    bad = [(a, b) for i, (a, p) in enumerate(named) for b, q in named[i + 1:]
+           if p.shape == q.shape and torch.equal(p, q) and not torch.equal(state_dict[a], state_dict[b])]
+    if bad:
+        raise ValueError(str(bad))
+    model.load_state_dict(state_dict)
+
+
+def load_checked_fixed_names(model, state_dict):
+    if not torch.equal(state_dict["embed.weight"], state_dict["head.weight"]):
+        raise ValueError("embed.weight and head.weight differ")
+    model.load_state_dict(state_dict)
+
+
+def load_checked_fixed_names_guarded(model, state_dict):
+    keys = ("embed.weight", "head.weight")
+    if all(k in state_dict for k in keys) and not torch.equal(state_dict[keys[0]], state_dict[keys[1]]):
+        raise ValueError("embed.weight and head.weight differ")
+    model.load_state_dict(state_dict)
+
+
+def load_then_compare(model, state_dict):
+    model.load_state_dict(state_dict)
+    now = model.state_dict()
+    lost = [k for k, v in state_dict.items() if not torch.equal(now[k], v)]
+    if lost:
+        raise ValueError(f"lost: {lost}, tied with others")
+
+
+def load_checked_assert(model, state_dict):
+    groups = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(p), []).append(name)
+    assert not _disagreeing(groups.values(), state_dict), "untied checkpoint"
+    model.load_state_dict(state_dict)
+
+
+def load_checked_same_storage(model, state_dict):
+    groups = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(p), []).append(name)
+    for names in groups.values():
+        if len({state_dict[n].data_ptr() for n in names}) > 1:
+            raise ValueError(f"{names} are not tied in the checkpoint")
+    model.load_state_dict(state_dict)
+
+
+def load_checked_no_names(model, state_dict):
+    groups = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(p), []).append(name)
+    if _disagreeing(groups.values(), state_dict):
+        raise ValueError("this checkpoint is not tied")
+    model.load_state_dict(state_dict)
+
+
+def load_checked_assign(model, state_dict):
+    load_checked_keep_vars(model, {k: v for k, v in state_dict.items()})
+    model.load_state_dict(state_dict, assign=True)
+
+
+@pytest.mark.parametrize("right", [load_checked_keep_vars, load_checked_modules, load_checked_pairwise])
+def test_load_checked_accepts(right):
+    assert outcome(check_load_checked, right) == ("passed", "")
+
+
+@pytest.mark.parametrize(
+    ("wrong", "hint"),
+    [
+        (load_plain, "loaded without complaint"),
+        (load_checked_default_names, "remove_duplicate=False"),
+        (load_checked_by_shape, "a tied checkpoint (embed.weight equal to head.weight) was refused"),
+        (load_checked_by_value, "Equal values or shapes are not a tie"),
+        (load_checked_fixed_names, "raised KeyError"),
+        (load_checked_fixed_names_guarded, "for a Sequential that uses one Linear twice was loaded"),
+        (load_then_compare, "the model was changed before the ValueError"),
+        (load_checked_assert, "raise ValueError (not assert, not RuntimeError)"),
+        (load_checked_same_storage, "equal but stored separately was refused"),
+        (load_checked_no_names, "must name the keys that disagree"),
+        (load_checked_assign, "the model lost its tie"),
+    ],
+)
+def test_load_checked_rejects(wrong, hint):
+    verdict, message = outcome(check_load_checked, wrong)
+    assert verdict == "failed"
+    assert message.startswith("Exercise 3")
+    assert hint in message
+
+
+# ---------------------------------------------------------------- stubs
+
+
+def test_unattempted_exercises_say_so():
     class Stub(nn.Module):
         def __init__(self, *args):
             super().__init__()
             raise NotImplementedError("your code here")
 
-    def stub(model):
+    def stub(*args):
         raise NotImplementedError("your code here")
 
-    check_tied_lm(Stub)
-    check_count_parameters(stub)
-    assert capsys.readouterr().out.count("not attempted yet") == 2
+    assert outcome(check_tied_lm, Stub) == ("not attempted", "")
+    assert outcome(check_count_parameters, stub) == ("not attempted", "")
+    assert outcome(check_load_checked, stub) == ("not attempted", "")

@@ -1,21 +1,50 @@
-"""Chapter 04's checks accept the reference answers and reject the plausible wrong ones."""
+"""Chapter 04's checks: each accepts right answers written in several ways and rejects plausible wrong ones.
+
+The reference answers live in the notebook (nbval runs them); the answers here are written differently.
+"""
+
+import math
 
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from utils import ExerciseFailed
-from utils.exercises.ch04 import check_half_fourier, check_weight_norm_linear
+from utils.checks import outcome
+from utils.exercises.ch04 import check_half_fourier, check_norm1d, check_weight_norm_linear
+
+# ---------------------------------------------------------------- Exercise 1 · WeightNormLinear
 
 
-class WeightNormLinear(nn.Module):
+class _WeightNormBase(nn.Module):
     def __init__(self, in_features, out_features):
         super().__init__()
         self.direction = nn.Parameter(torch.randn(out_features, in_features))
         self.scale = nn.Parameter(torch.ones(out_features))
         self.bias = nn.Parameter(torch.zeros(out_features))
 
+
+# Right answers, written differently from the notebook's reference.
+class WeightNormNormalize(_WeightNormBase):
+    def forward(self, x):
+        return F.linear(x, self.scale.unsqueeze(1) * F.normalize(self.direction, dim=1), self.bias)
+
+
+class WeightNormVectorNorm(_WeightNormBase):
+    def forward(self, x):
+        length = torch.linalg.vector_norm(self.direction, dim=-1, keepdim=True)
+        return x @ (self.direction * (self.scale[:, None] / length)).mT + self.bias
+
+
+class WeightNormEinsum(_WeightNormBase):
+    def forward(self, x):
+        unit = self.direction / self.direction.pow(2).sum(dim=1, keepdim=True).sqrt()
+        return torch.einsum("...i,oi,o->...o", x, unit, self.scale) + self.bias
+
+
+# Wrong answers.
+class _Reference(_WeightNormBase):
     def weight(self):
         return self.scale[:, None] * self.direction / self.direction.norm(dim=1, keepdim=True)
 
@@ -23,7 +52,7 @@ class WeightNormLinear(nn.Module):
         return x @ self.weight().T + self.bias
 
 
-class UsesData(WeightNormLinear):
+class UsesData(_Reference):
     """The well-known mistake: right numbers, but `direction` never gets a gradient."""
 
     def weight(self):
@@ -31,29 +60,41 @@ class UsesData(WeightNormLinear):
         return self.scale[:, None] * d / d.norm(dim=1, keepdim=True)
 
 
-class UsesDetach(WeightNormLinear):
+class UsesDetach(_Reference):
     def forward(self, x):
         return x @ self.weight().detach().T + self.bias
 
 
-class DetachedNorm(WeightNormLinear):
+class DetachedNorm(_Reference):
     """Gradients arrive, but are wrong: the norm is treated as a constant."""
 
     def weight(self):
         return self.scale[:, None] * self.direction / self.direction.norm(dim=1, keepdim=True).detach()
 
 
-class NormOverColumns(WeightNormLinear):
+class NormUnderNoGrad(_Reference):
+    def weight(self):
+        with torch.no_grad():
+            length = self.direction.norm(dim=1, keepdim=True)
+        return self.scale[:, None] * self.direction / length
+
+
+class NormOverColumns(_Reference):
     def weight(self):
         return self.scale[:, None] * self.direction / self.direction.norm(dim=0, keepdim=True)
 
 
-class NotNormalised(WeightNormLinear):
+class NormOfWholeMatrix(_Reference):
+    def weight(self):
+        return self.scale[:, None] * self.direction / self.direction.norm()
+
+
+class NotNormalised(_Reference):
     def weight(self):
         return self.scale[:, None] * self.direction
 
 
-class PlainTensors(WeightNormLinear):
+class PlainTensors(_Reference):
     def __init__(self, in_features, out_features):
         nn.Module.__init__(self)
         self.direction = torch.randn(out_features, in_features, requires_grad=True)
@@ -61,42 +102,95 @@ class PlainTensors(WeightNormLinear):
         self.bias = torch.zeros(out_features, requires_grad=True)
 
 
-class FlattensBatch(WeightNormLinear):
+class FlattensBatch(_Reference):
     def forward(self, x):
         return x.reshape(-1, x.shape[-1]) @ self.weight().T + self.bias
 
 
-def test_weight_norm_accepts_reference(capsys):
-    check_weight_norm_linear(WeightNormLinear)
-    assert "passed" in capsys.readouterr().out
+class MisspelledForward(_Reference):
+    forward = nn.Module.forward
+
+    def foward(self, x):
+        return x @ self.weight().T + self.bias
+
+
+class EpsMadeOnCPU(_Reference):
+    """A tensor created in forward without the input's device."""
+
+    def weight(self):
+        eps = torch.full((self.direction.shape[0], 1), 1e-12)
+        return self.scale[:, None] * self.direction / (self.direction.norm(dim=1, keepdim=True) + eps)
+
+
+class CastsToFloat32(_Reference):
+    def forward(self, x):
+        return x.float() @ self.weight().float().T + self.bias.float()
+
+
+@pytest.mark.parametrize("right", [WeightNormNormalize, WeightNormVectorNorm, WeightNormEinsum])
+def test_weight_norm_accepts(right):
+    assert outcome(check_weight_norm_linear, right) == ("passed", "")
 
 
 @pytest.mark.parametrize(
-    "wrong", [UsesData, UsesDetach, DetachedNorm, NormOverColumns, NotNormalised, PlainTensors, FlattensBatch]
+    ("wrong", "hint"),
+    [
+        (UsesData, "no gradient reached 'direction'"),
+        (UsesDetach, "no gradient reached 'direction'"),
+        (DetachedNorm, "the gradient of 'direction' is wrong"),
+        (NormUnderNoGrad, "the gradient of 'direction' is wrong"),
+        (NormOverColumns, "each row of direction divided by its own norm"),
+        (NormOfWholeMatrix, "each row of direction divided by its own norm"),
+        (NotNormalised, "each row of direction divided by its own norm"),
+        (PlainTensors, "must register exactly the parameters"),
+        (FlattensBatch, "leading dimensions must pass through"),
+        (MisspelledForward, "check the spelling of `def forward"),
+        (EpsMadeOnCPU, "a tensor made without device= was not where x is"),
+        (CastsToFloat32, "a float64 input must give a float64 output"),
+    ],
 )
-def test_weight_norm_rejects(wrong):
-    with pytest.raises(ExerciseFailed):
-        check_weight_norm_linear(wrong)
+def test_weight_norm_rejects(wrong, hint):
+    verdict, message = outcome(check_weight_norm_linear, wrong)
+    assert verdict == "failed"
+    assert message.startswith("Exercise 1")
+    assert hint in message
 
 
-def test_data_mistake_gets_the_gradient_hint():
-    with pytest.raises(ExerciseFailed, match=r"no gradient reached 'direction'.*\.data"):
-        check_weight_norm_linear(UsesData)
+# ---------------------------------------------------------------- Exercise 2 · HalfFourier
 
 
-class HalfFourier(nn.Module):
+# Right answers, written differently from the notebook's reference.
+class RfftThenTrim(nn.Module):
+    """For a real input the first n // 2 coefficients of rfft and fft agree."""
+
     def forward(self, x):
-        return torch.fft.fft(x, dim=-1)[..., : x.shape[-1] // 2]
+        return torch.fft.rfft(x)[..., : x.shape[-1] // 2]
 
 
+class Narrowed(nn.Module):
+    def forward(self, x):
+        return torch.fft.fft(x).narrow(-1, 0, x.size(-1) // 2)
+
+
+class DFTMatrix(nn.Module):
+    """The transform written as a matrix, built on the input's device and in its precision."""
+
+    def forward(self, x):
+        n = x.shape[-1]
+        k = torch.arange(n, device=x.device, dtype=x.dtype)
+        angle = -2 * math.pi * k[:, None] * k[None, : n // 2] / n
+        return torch.complex(x @ torch.cos(angle), x @ torch.sin(angle))
+
+
+# Wrong answers.
 class RealFFT(nn.Module):
     def forward(self, x):
         return torch.fft.rfft(x, dim=-1)
 
 
-class Magnitudes(HalfFourier):
+class Magnitudes(nn.Module):
     def forward(self, x):
-        return super().forward(x).abs()
+        return torch.fft.fft(x)[..., : x.shape[-1] // 2].abs()
 
 
 class FirstDim(nn.Module):
@@ -107,6 +201,23 @@ class FirstDim(nn.Module):
 class AllDims(nn.Module):
     def forward(self, x):
         return torch.fft.fftn(x)[..., : x.shape[-1] // 2]
+
+
+class CeilHalf(nn.Module):
+    """Sizes that do not divide evenly: (n + 1) // 2 keeps one more for odd n."""
+
+    def forward(self, x):
+        return torch.fft.fft(x)[..., : math.ceil(x.shape[-1] / 2)]
+
+
+class RoundedHalf(nn.Module):
+    def forward(self, x):
+        return torch.fft.fft(x)[..., : round(x.shape[-1] / 2)]
+
+
+class FloatHalf(nn.Module):
+    def forward(self, x):
+        return torch.fft.fft(x)[..., : x.shape[-1] / 2]
 
 
 class ViaNumpy(nn.Module):
@@ -120,28 +231,320 @@ class ViaDetachedNumpy(nn.Module):
         return torch.from_numpy(out.astype(np.complex64))
 
 
-class HalfWithParameter(HalfFourier):
+class DFTMatrixNoDevice(nn.Module):
+    """Tensors created in forward on the default device, in complex64 whatever the input."""
+
+    def forward(self, x):
+        n = x.shape[-1]
+        k = torch.arange(n)
+        matrix = torch.exp(-2j * torch.pi * k[:, None] * k[None, : n // 2] / n)
+        return x.to(matrix.dtype) @ matrix
+
+
+class DFTMatrixDtypeOnly(nn.Module):
+    """The input's dtype followed, its device forgotten."""
+
+    def forward(self, x):
+        n = x.shape[-1]
+        k = torch.arange(n, dtype=x.dtype)
+        angle = -2 * math.pi * k[:, None] * k[None, : n // 2] / n
+        return torch.complex(x @ torch.cos(angle), x @ torch.sin(angle))
+
+
+class HalfWithParameter(nn.Module):
     def __init__(self):
         super().__init__()
         self.gain = nn.Parameter(torch.ones(()))
 
-
-def test_rfft_gets_its_hint():
-    with pytest.raises(ExerciseFailed, match="rfft keeps n // 2 \\+ 1"):
-        check_half_fourier(RealFFT)
+    def forward(self, x):
+        return torch.fft.fft(x)[..., : x.shape[-1] // 2]
 
 
-def test_half_fourier_accepts_reference(capsys):
-    check_half_fourier(HalfFourier)
-    assert "passed" in capsys.readouterr().out
+@pytest.mark.parametrize("right", [RfftThenTrim, Narrowed, DFTMatrix])
+def test_half_fourier_accepts(right):
+    assert outcome(check_half_fourier, right) == ("passed", "")
 
 
 @pytest.mark.parametrize(
-    "wrong", [RealFFT, Magnitudes, FirstDim, AllDims, ViaNumpy, ViaDetachedNumpy, HalfWithParameter]
+    ("wrong", "hint"),
+    [
+        (RealFFT, "rfft keeps n // 2 + 1"),
+        (Magnitudes, "not their magnitudes"),
+        (FirstDim, "must give (3, 4)"),
+        (AllDims, "wrong values"),
+        (CeilHalf, "n // 2 rounds down for odd n"),
+        (RoundedHalf, "n // 2 rounds down for odd n"),
+        (FloatHalf, "slice with an int"),
+        (ViaNumpy, "stay in torch"),
+        (ViaDetachedNumpy, "no gradient reaches the input"),
+        (DFTMatrixNoDevice, "follow the input's"),
+        (HalfWithParameter, "needs no parameters"),
+        (DFTMatrixDtypeOnly, "a tensor made without device= was not where x is"),
+    ],
 )
-def test_half_fourier_rejects(wrong):
-    with pytest.raises(ExerciseFailed):
-        check_half_fourier(wrong)
+def test_half_fourier_rejects(wrong, hint):
+    verdict, message = outcome(check_half_fourier, wrong)
+    assert verdict == "failed"
+    assert message.startswith("Exercise 2")
+    assert hint in message
+
+
+# ---------------------------------------------------------------- Exercise 3 · Norm1d
+
+
+# Right answers, written differently from the notebook's reference.
+class Norm1dFromBatchNorm(nn.BatchNorm1d):
+    """The built-in layer already follows every rule: subclass it."""
+
+    def __init__(self, num_features, momentum=0.1, eps=1e-5, device=None, dtype=None):
+        super().__init__(num_features, eps=eps, momentum=momentum, device=device, dtype=dtype)
+
+
+class Norm1dFunctional(nn.Module):
+    def __init__(self, num_features, momentum=0.1, eps=1e-5, device=None, dtype=None):
+        super().__init__()
+        self.momentum, self.eps = momentum, eps
+        self.weight = nn.Parameter(torch.empty(num_features, device=device, dtype=dtype))
+        self.bias = nn.Parameter(torch.empty(num_features, device=device, dtype=dtype))
+        self.register_buffer("running_mean", torch.empty(num_features, device=device, dtype=dtype))
+        self.register_buffer("running_var", torch.empty(num_features, device=device, dtype=dtype))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        nn.init.ones_(self.weight)
+        nn.init.zeros_(self.bias)
+        with torch.no_grad():
+            self.running_mean.zero_()
+            self.running_var.fill_(1.0)
+
+    def forward(self, x):
+        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                            self.training, self.momentum, self.eps)
+
+
+class Norm1dByHand(Norm1dFunctional):
+    def forward(self, x):
+        if self.training:
+            var, mean = torch.var_mean(x, dim=0, correction=0)
+            with torch.no_grad():
+                n = x.shape[0]
+                self.running_mean.mul_(1 - self.momentum).add_(self.momentum * mean)
+                self.running_var.mul_(1 - self.momentum).add_(self.momentum * var * n / (n - 1))
+        else:
+            mean, var = self.running_mean, self.running_var
+        return (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias
+
+
+# Wrong answers: each changes one thing in a right answer.
+class _Norm1d(Norm1dFunctional):
+    """A right hand-written answer whose parts the wrong answers below override."""
+
+    def make(self, n, device, dtype):
+        return {"device": device, "dtype": dtype}
+
+    def __init__(self, num_features, momentum=0.1, eps=1e-5, device=None, dtype=None):
+        nn.Module.__init__(self)
+        self.momentum, self.eps = momentum, eps
+        kw = self.make(num_features, device, dtype)
+        self.weight = nn.Parameter(torch.ones(num_features, **kw))
+        self.bias = nn.Parameter(torch.zeros(num_features, **kw))
+        self.register_buffer("running_mean", torch.zeros(num_features, **kw))
+        self.register_buffer("running_var", torch.ones(num_features, **kw))
+        self.reset_parameters()
+
+    def statistics(self, x):
+        return x.mean(dim=0), x.var(dim=0, correction=0), x.var(dim=0, correction=1)
+
+    def update(self, mean, unbiased):
+        with torch.no_grad():
+            self.running_mean.lerp_(mean, self.momentum)
+            self.running_var.lerp_(unbiased, self.momentum)
+
+    def affine(self, h):
+        return h * self.weight + self.bias
+
+    def forward(self, x):
+        if self.training:
+            mean, var, unbiased = self.statistics(x)
+            self.update(mean, unbiased)
+        else:
+            mean, var = self.running_mean, self.running_var
+        return self.affine((x - mean) / torch.sqrt(var + self.eps))
+
+
+class IgnoresDevice(_Norm1d):
+    def make(self, n, device, dtype):
+        return {"dtype": dtype}
+
+
+class IgnoresDtype(_Norm1d):
+    def make(self, n, device, dtype):
+        return {"device": device}
+
+
+class NoFactoryKeywords(_Norm1d):
+    def __init__(self, num_features, momentum=0.1, eps=1e-5):
+        super().__init__(num_features, momentum, eps)
+
+
+class PlainTensorStatistics(_Norm1d):
+    def __init__(self, num_features, momentum=0.1, eps=1e-5, device=None, dtype=None):
+        super().__init__(num_features, momentum, eps, device, dtype)
+        del self._buffers["running_mean"], self._buffers["running_var"]
+        self.running_mean = torch.zeros(num_features, device=device, dtype=dtype)
+        self.running_var = torch.ones(num_features, device=device, dtype=dtype)
+
+
+class StatisticsAsParameters(_Norm1d):
+    def __init__(self, num_features, momentum=0.1, eps=1e-5, device=None, dtype=None):
+        super().__init__(num_features, momentum, eps, device, dtype)
+        del self._buffers["running_mean"], self._buffers["running_var"]
+        self.running_mean = nn.Parameter(torch.zeros(num_features, device=device, dtype=dtype), requires_grad=False)
+        self.running_var = nn.Parameter(torch.ones(num_features, device=device, dtype=dtype), requires_grad=False)
+
+
+class NewParametersOnReset(_Norm1d):
+    def reset_parameters(self):
+        self.weight = nn.Parameter(torch.ones_like(self.weight))
+        self.bias = nn.Parameter(torch.zeros_like(self.bias))
+        with torch.no_grad():
+            self.running_mean.zero_()
+            self.running_var.fill_(1.0)
+
+
+class ResetsOnlyTheAffine(_Norm1d):
+    def reset_parameters(self):
+        with torch.no_grad():
+            self.weight.fill_(1.0)
+            self.bias.zero_()
+
+
+class NoResetMethod(_Norm1d):
+    reset_parameters = None
+
+    def __init__(self, num_features, momentum=0.1, eps=1e-5, device=None, dtype=None):
+        nn.Module.__init__(self)
+        self.momentum, self.eps = momentum, eps
+        kw = {"device": device, "dtype": dtype}
+        self.weight = nn.Parameter(torch.ones(num_features, **kw))
+        self.bias = nn.Parameter(torch.zeros(num_features, **kw))
+        self.register_buffer("running_mean", torch.zeros(num_features, **kw))
+        self.register_buffer("running_var", torch.ones(num_features, **kw))
+
+
+class ResetWithoutNoGrad(_Norm1d):
+    def reset_parameters(self):
+        self.weight.fill_(1.0)
+        self.bias.zero_()
+        self.running_mean.zero_()
+        self.running_var.fill_(1.0)
+
+
+class EmptyWithoutReset(_Norm1d):
+    """Allocates with torch.empty and forgets to call reset_parameters() in __init__."""
+
+    def __init__(self, num_features, momentum=0.1, eps=1e-5, device=None, dtype=None):
+        nn.Module.__init__(self)
+        self.momentum, self.eps = momentum, eps
+        kw = {"device": device, "dtype": dtype}
+        self.weight = nn.Parameter(torch.full((num_features,), 0.5, **kw))
+        self.bias = nn.Parameter(torch.full((num_features,), 0.5, **kw))
+        self.register_buffer("running_mean", torch.full((num_features,), 0.5, **kw))
+        self.register_buffer("running_var", torch.full((num_features,), 0.5, **kw))
+
+
+class NormalisesWithUnbiasedVariance(_Norm1d):
+    def statistics(self, x):
+        return x.mean(dim=0), x.var(dim=0), x.var(dim=0)
+
+
+class BiasedRunningVariance(_Norm1d):
+    def statistics(self, x):
+        return x.mean(dim=0), x.var(dim=0, correction=0), x.var(dim=0, correction=0)
+
+
+class MomentumTheOtherWay(_Norm1d):
+    def update(self, mean, unbiased):
+        with torch.no_grad():
+            self.running_mean.lerp_(mean, 1 - self.momentum)
+            self.running_var.lerp_(unbiased, 1 - self.momentum)
+
+
+class UpdateWithoutNoGrad(_Norm1d):
+    def update(self, mean, unbiased):
+        self.running_mean.lerp_(mean, self.momentum)
+        self.running_var.lerp_(unbiased, self.momentum)
+
+
+class DetachedStatistics(_Norm1d):
+    def statistics(self, x):
+        return x.mean(dim=0).detach(), x.var(dim=0, correction=0).detach(), x.var(dim=0, correction=1)
+
+
+class DataInForward(_Norm1d):
+    def affine(self, h):
+        return h * self.weight.data + self.bias
+
+
+class BatchStatisticsInEval(_Norm1d):
+    def forward(self, x):
+        mean, var, unbiased = self.statistics(x)
+        if self.training:
+            self.update(mean, unbiased)
+        return self.affine((x - mean) / torch.sqrt(var + self.eps))
+
+
+class EpsMadeOnCPU(_Norm1d):
+    def forward(self, x):
+        if self.training:
+            mean, var, unbiased = self.statistics(x)
+            self.update(mean, unbiased)
+        else:
+            mean, var = self.running_mean, self.running_var
+        eps = torch.full((x.shape[-1],), self.eps, dtype=x.dtype)
+        return self.affine((x - mean) / torch.sqrt(var + eps))
+
+
+def test_the_base_of_the_wrong_answers_is_right():
+    assert outcome(check_norm1d, _Norm1d) == ("passed", "")
+
+
+@pytest.mark.parametrize("right", [Norm1dFromBatchNorm, Norm1dFunctional, Norm1dByHand])
+def test_norm1d_accepts(right):
+    assert outcome(check_norm1d, right) == ("passed", "")
+
+
+@pytest.mark.parametrize(
+    ("wrong", "hint"),
+    [
+        (IgnoresDevice, "device='meta') created ['weight', 'bias', 'running_mean', 'running_var'] on another"),
+        (IgnoresDtype, "dtype=torch.float64) created ['weight', 'bias', 'running_mean', 'running_var'] in another"),
+        (NoFactoryKeywords, "unexpected keyword argument 'device'"),
+        (PlainTensorStatistics, "['running_mean', 'running_var'] must be buffers"),
+        (StatisticsAsParameters, "register exactly two parameters"),
+        (NewParametersOnReset, "replaced ['weight', 'bias'] by new objects"),
+        (ResetsOnlyTheAffine, "['running_mean', 'running_var'] still hold leftover values"),
+        (NoResetMethod, "define a method reset_parameters()"),
+        (ResetWithoutNoGrad, "in place (fill_, zero_, nn.init.ones_) under torch.no_grad()"),
+        (EmptyWithoutReset, "call it at the end of __init__"),
+        (NormalisesWithUnbiasedVariance, "biased variance"),
+        (BiasedRunningVariance, "the variance with correction=1"),
+        (MomentumTheOtherWay, "(1 - momentum) * running + momentum * batch value"),
+        (UpdateWithoutNoGrad, "update the running statistics under torch.no_grad()"),
+        (DetachedStatistics, "the gradient with respect to the input is wrong"),
+        (DataInForward, "no gradient reached 'weight'"),
+        (BatchStatisticsInEval, "not the batch's statistics"),
+        (EpsMadeOnCPU, "a tensor made without device= was not where x is"),
+    ],
+)
+def test_norm1d_rejects(wrong, hint):
+    verdict, message = outcome(check_norm1d, wrong)
+    assert verdict == "failed"
+    assert message.startswith("Exercise 3")
+    assert hint in message
+
+
+# ---------------------------------------------------------------- stubs
 
 
 class WeightNormStub(nn.Module):
@@ -157,8 +560,14 @@ class HalfFourierStub(nn.Module):
         raise NotImplementedError("your code here")
 
 
-@pytest.mark.parametrize("check, stub", [(check_weight_norm_linear, WeightNormStub),
-                                         (check_half_fourier, HalfFourierStub)])
-def test_stubs_are_not_attempted_yet(check, stub, capsys):
-    check(stub)
-    assert "not attempted yet" in capsys.readouterr().out
+class Norm1dStub(nn.Module):
+    def __init__(self, num_features, momentum=0.1, eps=1e-5, device=None, dtype=None):
+        super().__init__()
+        raise NotImplementedError("your code here")
+
+
+@pytest.mark.parametrize(("check", "stub"), [(check_weight_norm_linear, WeightNormStub),
+                                             (check_half_fourier, HalfFourierStub),
+                                             (check_norm1d, Norm1dStub)])
+def test_stubs_are_not_attempted_yet(check, stub):
+    assert outcome(check, stub) == ("not attempted", "")

@@ -7,18 +7,54 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from utils.checks import exercise, expect
+from utils.checks import exercise, expect, learner_code
 
-__all__ = ["check_tied_lm", "check_count_parameters"]
+__all__ = ["check_count_parameters", "check_load_checked", "check_tied_lm"]
+
+_ASSIGN = "assign the Parameter in __init__ (self.head.weight = self.embed.weight)"
+
+
+def _untied_hint(embed: nn.Embedding, head: nn.Linear, forward: Callable[[], object]) -> str:
+    """Why ``head.weight`` is not ``embed.weight`` right after construction, as precisely as can be told."""
+    same_memory = embed.weight.data_ptr() == head.weight.data_ptr()
+    equal = embed.weight.shape == head.weight.shape and torch.equal(embed.weight.detach(), head.weight.detach())
+    forward()
+    if head.weight is embed.weight:
+        return (
+            "the tie appears only after the first forward pass: right after TiedLM(...) is built, "
+            "parameters() still lists two matrices, so an optimizer built then (the usual order) trains two "
+            f"weights and saving before a forward saves two. Instead, {_ASSIGN}"
+        )
+    if same_memory:
+        return (
+            "head.weight shares memory with embed.weight but is a different Parameter (nn.Parameter(... .detach()) "
+            "or .data = ...): each gets its own gradient and the optimizer updates the memory twice. "
+            f"Share the Parameter object itself: {_ASSIGN}"
+        )
+    if equal:
+        return (
+            "head.weight and embed.weight hold equal values but are two Parameters: copying the values "
+            f"(copy_, clone) gives two weights that drift apart at the first update. Share the object: {_ASSIGN}"
+        )
+    return (
+        "head.weight and embed.weight are two different matrices: the model has two layers where one "
+        f"weight should be shared. Create both, then {_ASSIGN}"
+    )
 
 
 @exercise("Exercise 1 · Tie a language model's head to its embedding")
 def check_tied_lm(cls: type[nn.Module]) -> None:
-    """``cls(vocab_size, dim)`` has ``embed`` (nn.Embedding) and ``head`` (nn.Linear) sharing one weight."""
+    """``cls(vocab_size, dim)`` has ``embed`` (nn.Embedding) and ``head`` (nn.Linear) sharing one weight.
+
+    The tie must exist as soon as the model is built (before any forward pass), be the same
+    ``Parameter`` object (not a copy, not a second Parameter on the same memory), and the logits must be
+    the output of ``head``.
+    """
     vocab, dim = 50, 12
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        model = cls(vocab, dim)
+        with learner_code(f"building TiedLM({vocab}, {dim})", "the error is in your __init__"):
+            model = cls(vocab, dim)
         tokens = torch.randint(0, vocab, (3, 7))
         targets = torch.randint(0, vocab, (3, 7))
     expect(isinstance(model, nn.Module), "TiedLM must subclass nn.Module")
@@ -27,31 +63,37 @@ def check_tied_lm(cls: type[nn.Module]) -> None:
            "keep the embedding in self.embed (nn.Embedding) and the output layer in self.head (nn.Linear)")
     expect(tuple(embed.weight.shape) == (vocab, dim),
            f"the embedding of TiedLM({vocab}, {dim}) must have weight shape ({vocab}, {dim})")
+    expect(head.bias is None, "the head has no bias: nn.Linear(dim, vocab_size, bias=False)")
+
+    def first_forward() -> None:
+        with learner_code("calling the model on a (3, 7) batch of token ids", "the error is in your forward"):
+            model(tokens)
+
+    if head.weight is not embed.weight:
+        expect(False, _untied_hint(embed, head, first_forward))
+    shared = [p for p in model.parameters() if p.shape == (vocab, dim)]
+    expect(len(shared) == 1, f"the model holds {len(shared)} ({vocab}, {dim}) parameters; a tied model holds one")
+
     seen = []
     handle = head.register_forward_hook(lambda module, args, output: seen.append(output))
     try:
-        logits = model(tokens)
+        with learner_code("calling the model on a (3, 7) batch of token ids", "the error is in your forward"):
+            logits = model(tokens)
     finally:
         handle.remove()
     expect(isinstance(logits, torch.Tensor) and logits.shape == (3, 7, vocab),
            f"model(tokens) with tokens of shape (3, 7) must return logits of shape (3, 7, {vocab}); "
-           f"got {getattr(logits, 'shape', type(logits))}")
+           f"got {tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__}")
     expect(len(seen) == 1 and torch.equal(seen[0], logits), "the logits must be the output of self.head")
-    expect(
-        head.weight is embed.weight,
-        "head.weight and embed.weight must be the same Parameter object: assign it "
-        "(self.head.weight = self.embed.weight); copying the values gives two weights that drift apart",
-    )
-    shared = [p for p in model.parameters() if p.shape == (vocab, dim)]
-    expect(len(shared) == 1, f"the model holds {len(shared)} ({vocab}, {dim}) parameters; a tied model holds one")
-    nn.functional.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1)).backward()
+    with learner_code("back-propagating a cross-entropy loss through your model", "is part of forward detached?"):
+        nn.functional.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1)).backward()
     expect(embed.weight.grad is not None and bool(embed.weight.grad.abs().sum() > 0),
            "the loss must reach the shared weight through the head")
 
 
 @exercise("Exercise 2 · Count parameters once")
 def check_count_parameters(count: Callable[[nn.Module], int]) -> None:
-    """``count(model)`` is the number of trainable numbers in ``model``, each shared tensor counted once."""
+    """``count(model)``: the trainable numbers in ``model``, each shared tensor once, no buffers, meta too."""
 
     class TinyLM(nn.Module):
         def __init__(self) -> None:
@@ -63,14 +105,156 @@ def check_count_parameters(count: Callable[[nn.Module], int]) -> None:
             self.head.weight = self.embed.weight
 
     shared = nn.Linear(3, 3)
+    frozen = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    frozen[0].requires_grad_(False)
+    on_meta = TinyLM().to("meta")  # built on the CPU: nn.Embedding's init on meta would import torch._dynamo
+    on_meta.head.weight = on_meta.embed.weight  # a move to meta unties (chapter 03, section 4): tie again
     cases = [
-        (nn.Linear(3, 2), 8, "nn.Linear(3, 2) has 3*2 weights and 2 biases"),
-        (nn.Sequential(shared, nn.ReLU(), shared), 12, "a layer used twice has its 12 parameters once"),
-        (TinyLM(), 1600 + 272 + 32,
-         "a tied embedding/head counts once, and BatchNorm's running statistics are buffers, not parameters"),
+        ("nn.Linear(3, 2)", nn.Linear(3, 2), 8, "nn.Linear(3, 2) has 3*2 weights and 2 biases: count numbers "
+         "(p.numel()), not tensors"),
+        ("a layer used twice", nn.Sequential(shared, nn.ReLU(), shared), 12,
+         "a layer used twice has its 12 parameters once; state_dict() and named_parameters(remove_duplicate=False) "
+         "list it under both names. Sum p.numel() over model.parameters()"),
+        ("two LayerNorm(4) and a Linear(4, 4)", nn.Sequential(nn.LayerNorm(4), nn.LayerNorm(4), nn.Linear(4, 4)), 36,
+         "two LayerNorm(4) layers have equal shapes and, at first, equal values, yet they are two sets of "
+         "parameters (8 + 8 + 20 = 36): deduplicate by identity, as model.parameters() does, "
+         "never by shape or by value"),
+        ("a tied language model with BatchNorm", TinyLM(), 1600 + 272 + 32,
+         "the tied embedding/head counts once, and BatchNorm's running statistics are buffers, not parameters"),
+        ("a model whose first layer is frozen", frozen, 10,
+         "only trainable numbers count: a frozen layer (requires_grad=False) does not. Keep p.requires_grad"),
+        ("the tied language model built on the meta device", on_meta, 1600 + 272 + 32,
+         "on the meta device tensors have shapes but no data (every data_ptr() is 0, values cannot be read): "
+         "sum p.numel() over model.parameters(), which yields each shared tensor once"),
     ]
-    for model, expected, why in cases:
-        got = count(model)
-        expect(isinstance(got, int) and not isinstance(got, bool), f"return an int, got {type(got).__name__}")
-        expect(got == expected, f"expected {expected}, got {got}: {why}. "
-                                "Sum p.numel() over model.parameters(), which yields a shared tensor once")
+    for label, model, expected, why in cases:
+        with learner_code(f"calling count_parameters on {label}", why):
+            got = count(model)
+        expect(isinstance(got, int) and not isinstance(got, bool),
+               f"return an int, got {type(got).__name__} (for {label}); wrap a tensor or float in int(...)")
+        expect(got == expected, f"for {label} expected {expected}, got {got}: {why}")
+
+
+class _TinyLM(nn.Module):
+    def __init__(self, tie: bool = True) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(20, 4)
+        self.norm = nn.LayerNorm(4)
+        self.head = nn.Linear(4, 20, bias=False)
+        if tie:
+            self.head.weight = self.embed.weight
+
+
+class _Twins(nn.Module):
+    """No tie at all: equal shapes everywhere, and the two norms start with equal values."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(4), nn.LayerNorm(4)
+        self.lin1, self.lin2 = nn.Linear(4, 4), nn.Linear(4, 4)
+
+
+def _perturbed(model: nn.Module, seed: int) -> nn.Module:
+    """``model`` with every parameter set to distinct random values (a tie stays a tie)."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=generator))
+    return model
+
+
+def _snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _holds(model: nn.Module, state: dict[str, torch.Tensor]) -> bool:
+    now = model.state_dict()
+    return now.keys() == state.keys() and all(torch.equal(now[k], v) for k, v in state.items())
+
+
+@exercise("Exercise 3 · Refuse an untied checkpoint")
+def check_load_checked(load: Callable[[nn.Module, dict], object]) -> None:
+    """``load(model, state_dict)`` loads, unless names sharing one Parameter carry different values.
+
+    Then it raises ``ValueError`` naming those keys and leaves ``model`` unchanged. Ties are found by
+    identity: equal shapes or values are not ties, and tied entries need not share storage in the file.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model, other = _perturbed(_TinyLM(), 1), _perturbed(_TinyLM(), 2)
+        untied = _perturbed(_TinyLM(tie=False), 3).state_dict()
+        twins, twins_file = _Twins(), _perturbed(_Twins(), 4).state_dict()
+        layer = nn.Linear(3, 3)
+        shared = nn.Sequential(layer, nn.ReLU(), layer)
+        shared_file = {"0.weight": torch.randn(3, 3), "0.bias": torch.randn(3),
+                       "2.weight": torch.randn(3, 3), "2.bias": torch.randn(3)}
+
+    id_hint = ("find the names that share one Parameter by identity, e.g. group "
+               "model.named_parameters(remove_duplicate=False) by id(p)")
+
+    # 1. A tied checkpoint into a tied model: it loads, and the tie stays.
+    tied_file = other.state_dict()
+    with learner_code("calling load_checked(tied model, tied checkpoint)", id_hint):
+        try:
+            load(model, tied_file)
+        except ValueError as err:
+            expect(False, f"a tied checkpoint (embed.weight equal to head.weight) was refused ({err}). Only names "
+                          "that share one Parameter must agree: a tie is an identity, not equal shapes. "
+                          f"{id_hint[0].upper()}{id_hint[1:]}")
+    expect(_holds(model, tied_file), "a tied checkpoint must be loaded: call model.load_state_dict(state_dict)")
+    expect(model.head.weight is model.embed.weight,
+           "the model lost its tie: load with model.load_state_dict(state_dict), which copies values into the "
+           "existing Parameters (assign=True, or new Parameters, give each name its own tensor)")
+
+    # 2. An untied checkpoint into a tied model: ValueError naming both keys, the model untouched.
+    def refuses(target: nn.Module, state: dict, keys: tuple[str, str], what: str) -> None:
+        before = _snapshot(target)
+        raised = None
+        with learner_code(f"calling load_checked with {what}",
+                          "raise ValueError (not assert, not RuntimeError) when tied names disagree"):
+            try:
+                load(target, state)
+            except ValueError as err:
+                raised = err
+        expect(raised is not None or not _holds(target, before),
+               f"nothing happened with {what}: load it, or raise ValueError when tied names disagree")
+        expect(raised is not None,
+               f"{what[0].upper()}{what[1:]} was loaded without complaint, and one of the two matrices is now lost. "
+               "Before loading, compare the values of every group of names that share one Parameter; "
+               "note that model.named_parameters() lists a shared Parameter once, under its first name, while "
+               "named_parameters(remove_duplicate=False) lists every owner's name")
+        expect(_holds(target, before),
+               "the model was changed before the ValueError: check the checkpoint first, then load; "
+               "when it raises, the model must be unchanged")
+        expect(all(k in str(raised) for k in keys),
+               f"the ValueError must name the keys that disagree ({keys[0]}, {keys[1]}); got: {raised}")
+
+    refuses(_perturbed(_TinyLM(), 5), untied, ("embed.weight", "head.weight"), "an untied checkpoint for a tied model")
+
+    # 3. No tie at all, although shapes and initial values repeat: it loads.
+    with learner_code("calling load_checked on a model without ties (two LayerNorm(4), two Linear(4, 4))",
+                      "do not assume the names embed.weight / head.weight exist: " + id_hint):
+        try:
+            load(twins, twins_file)
+        except ValueError as err:
+            expect(False, f"a model without any tie was refused ({err}): its two LayerNorm layers start with equal "
+                          "values and its layers have equal shapes, but they are separate Parameters. "
+                          f"Equal values or shapes are not a tie: {id_hint}")
+    expect(_holds(twins, twins_file), "a checkpoint for a model without ties must be loaded")
+
+    # 4. A layer used twice: the tie has other names.
+    refuses(shared, shared_file, ("0.weight", "2.weight"),
+            "an untied checkpoint for a Sequential that uses one Linear twice")
+
+    # 5. Tied entries with equal values but separate storage (cloned, or from safetensors): it loads.
+    separate = {k: v.clone() for k, v in _perturbed(_TinyLM(), 6).state_dict().items()}
+    target = _perturbed(_TinyLM(), 7)
+    with learner_code("calling load_checked(tied model, tied checkpoint whose tied entries were cloned)", id_hint):
+        try:
+            load(target, separate)
+        except ValueError as err:
+            expect(False, f"a checkpoint whose tied entries are equal but stored separately was refused ({err}): "
+                          "files saved with safetensors or cloned tensors share no memory. Compare the values "
+                          "(torch.equal), not the storage")
+    expect(_holds(target, separate) and target.head.weight is target.embed.weight,
+           "a tied checkpoint with separately stored, equal entries must be loaded, keeping the tie")

@@ -2,16 +2,40 @@
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
-from utils.checks import exercise, expect
+from utils.checks import exercise, expect, learner_code
 
-__all__ = ["check_half_fourier", "check_weight_norm_linear"]
+__all__ = ["check_half_fourier", "check_norm1d", "check_weight_norm_linear"]
+
+_ANY_DEVICE = (
+    "create every tensor in forward on the input's device and in its dtype (torch.zeros(..., device=x.device, "
+    "dtype=x.dtype), torch.arange(n, device=x.device)) or derive it from x (torch.zeros_like(x), x.new_ones(...)); "
+    "the check ran your forward on a CPU input while the default device was another one, so a tensor made "
+    "without device= was not where x is"
+)
+
+
+def _elsewhere(run: Callable[[], object]) -> object:
+    """Run ``run()`` with another default device: a tensor it creates without ``device=`` lands there.
+
+    The ``meta`` device serves as that other device: it allocates nothing, and the CPU tensors of the
+    learner's layer keep running on the CPU's own kernels.
+    """
+    with torch.device("meta"):
+        return run()
 
 
 def _randn(*shape: int, seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+def _shape(value: object) -> object:
+    return tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
 
 
 def _weight_norm_reference(x, direction, scale, bias):
@@ -25,12 +49,14 @@ def check_weight_norm_linear(cls: type[nn.Module]) -> None:
 
     ``forward(x) = x @ W.T + bias`` with ``W = scale[:, None] * direction / ‖direction row‖``, and
     gradients must reach all three parameters (a forward that reads ``.data`` or ``.detach()`` of a
-    parameter computes the right numbers but never trains it).
+    parameter computes the right numbers but never trains it). It runs on any device and dtype.
     """
-    layer = cls(5, 3)
+    with learner_code("building WeightNormLinear(5, 3)", "the error is in your __init__"):
+        layer = cls(5, 3)
     expect(isinstance(layer, nn.Module), "WeightNormLinear must subclass nn.Module")
     x = _randn(4, 5, seed=4)
-    layer(x)  # an unfinished answer stops here, with NotImplementedError
+    with learner_code("calling your layer on a (4, 5) input", "the error is in your forward"):
+        layer(x)  # an unfinished answer stops here, with NotImplementedError
     shapes = {name: tuple(p.shape) for name, p in layer.named_parameters()}
     wanted = {"direction": (3, 5), "scale": (3,), "bias": (3,)}
     expect(
@@ -43,25 +69,29 @@ def check_weight_norm_linear(cls: type[nn.Module]) -> None:
         layer.direction.copy_(direction)
         layer.scale.copy_(scale)
         layer.bias.copy_(bias)
-    y = layer(x)
+    with learner_code("calling your layer on a (4, 5) input", "the error is in your forward"):
+        y = layer(x)
     expected = _weight_norm_reference(x, direction, scale, bias)
     expect(
         isinstance(y, torch.Tensor) and y.shape == (4, 3),
-        f"a batch of 4 inputs of width 5 must give shape (4, 3); got {getattr(y, 'shape', type(y))}",
+        f"a batch of 4 inputs of width 5 must give shape (4, 3); got {_shape(y)}",
     )
     expect(
         torch.allclose(y, expected, atol=1e-5),
         "wrong values: W = scale[:, None] * direction / direction.norm(dim=1, keepdim=True) (each row of "
         "direction divided by its own norm), then y = x @ W.T + bias",
     )
-    expect(
-        layer(_randn(2, 6, 5, seed=5)).shape == (2, 6, 3),
-        "leading dimensions must pass through: an input of shape (2, 6, 5) gives (2, 6, 3)",
-    )
+    with learner_code("calling your layer on a (2, 6, 5) input",
+                      "x @ W.T + bias works for any number of leading dimensions: do not flatten or index them"):
+        y3 = layer(_randn(2, 6, 5, seed=5))
+    expect(_shape(y3) == (2, 6, 3), f"leading dimensions must pass through: an input of shape (2, 6, 5) gives "
+                                    f"(2, 6, 3); got {_shape(y3)}")
     with torch.no_grad():
         layer.direction.mul_(3.0)
+    with learner_code("calling your layer after scaling direction by 3", "the error is in your forward"):
+        scaled = layer(x)
     expect(
-        torch.allclose(layer(x), expected, atol=1e-5),
+        torch.allclose(scaled, expected, atol=1e-5),
         "scaling direction must not change the output: only its direction counts, its length is "
         "normalised away",
     )
@@ -70,7 +100,8 @@ def check_weight_norm_linear(cls: type[nn.Module]) -> None:
 
     # Gradients: every parameter gets one, and it is the right one.
     layer.zero_grad(set_to_none=True)
-    (layer(x) ** 2).sum().backward()
+    with learner_code("back-propagating through your layer", "the error is in your forward"):
+        (layer(x) ** 2).sum().backward()
     leaves = [t.clone().requires_grad_(True) for t in (direction, scale, bias)]
     (_weight_norm_reference(x, *leaves) ** 2).sum().backward()
     for name, reference in zip(("direction", "scale", "bias"), leaves, strict=True):
@@ -87,22 +118,41 @@ def check_weight_norm_linear(cls: type[nn.Module]) -> None:
             "under torch.no_grad(), from .data, or detached?",
         )
 
+    # Wherever it is moved: float64, and an input on a device other than the default one.
+    double = copy.deepcopy(layer).double()
+    with learner_code("calling your layer, converted with .double(), on a float64 input", _ANY_DEVICE):
+        y64 = double(x.double())
+    expect(
+        isinstance(y64, torch.Tensor) and y64.dtype == torch.float64,
+        f"after .double(), a float64 input must give a float64 output; got "
+        f"{getattr(y64, 'dtype', type(y64).__name__)}: {_ANY_DEVICE}",
+    )
+    with learner_code("calling your layer on a CPU input while the default device is another one", _ANY_DEVICE):
+        y_here = _elsewhere(lambda: layer(x))
+    expect(
+        isinstance(y_here, torch.Tensor) and y_here.device == x.device and torch.allclose(y_here, expected, atol=1e-5),
+        f"the output must be on the input's device, with the same values, whatever the default device: {_ANY_DEVICE}",
+    )
+
 
 @exercise("Exercise 2 · The first half of the Fourier coefficients")
 def check_half_fourier(cls: type[nn.Module]) -> None:
-    """``cls()(x)`` returns ``torch.fft.fft(x)`` along the last dim, first ``n // 2`` coefficients."""
-    layer = cls()
+    """``cls()(x)`` returns ``torch.fft.fft(x)`` along the last dim, first ``n // 2`` coefficients.
+
+    Odd lengths (``n // 2`` rounds down), float64 inputs (complex128 out), and an output on the input's
+    device whatever the default device.
+    """
+    with learner_code("building HalfFourier()", "the error is in your __init__"):
+        layer = cls()
     expect(isinstance(layer, nn.Module), "HalfFourier must subclass nn.Module")
     expect(len(list(layer.parameters())) == 0, "this layer has nothing to learn: it needs no parameters")
-    for shape in [(3, 8), (2, 3, 9), (1, 1)]:
-        x = _randn(*shape, seed=sum(shape)).requires_grad_(True)
-        try:
+    stay = ("stay in torch (torch.fft), not NumPy, so that autograd can follow and any device works; "
+            "slice with an int: n // 2")
+    for shape, dtype in [((3, 8), torch.float32), ((2, 3, 9), torch.float32), ((4, 3), torch.float32),
+                         ((1, 1), torch.float32), ((2, 7), torch.float64)]:
+        x = _randn(*shape, seed=sum(shape), dtype=dtype).requires_grad_(True)
+        with learner_code(f"calling your layer on a {dtype} input of shape {shape} that requires grad", stay):
             out = layer(x)
-        except NotImplementedError:
-            raise
-        except RuntimeError as err:
-            expect(False, f"forward failed on an input that requires grad ({err}). Stay in torch "
-                          "(torch.fft), not NumPy, so that autograd can follow")
         n = shape[-1]
         want = torch.fft.fft(x.detach(), dim=-1)[..., : n // 2]
         expect(
@@ -113,11 +163,13 @@ def check_half_fourier(cls: type[nn.Module]) -> None:
         expect(
             out.shape == want.shape,
             f"an input of shape {shape} must give {tuple(want.shape)} (the first n // 2 = {n // 2} "
-            f"coefficients along the last dimension); got {tuple(out.shape)}.{rfft_hint}",
+            f"coefficients along the last dimension; n // 2 rounds down for odd n); got {tuple(out.shape)}."
+            f"{rfft_hint}",
         )
         expect(
             out.dtype == want.dtype,
-            f"a {x.dtype} input gives {want.dtype} coefficients in torch.fft; got {out.dtype} (a NumPy detour?)",
+            f"a {x.dtype} input gives {want.dtype} coefficients in torch.fft; got {out.dtype}. Do not fix the "
+            "dtype (complex64) in forward; follow the input's (a NumPy detour also loses it)",
         )
         expect(
             torch.allclose(out.detach(), want, atol=1e-5),
@@ -126,5 +178,155 @@ def check_half_fourier(cls: type[nn.Module]) -> None:
         if n >= 2:
             hint = "no gradient reaches the input: the layer must be differentiable (stay in torch, no NumPy)"
             expect(out.requires_grad, hint)
-            out.abs().sum().backward()
+            with learner_code("back-propagating through your layer", stay):
+                out.abs().sum().backward()
             expect(x.grad is not None and bool(x.grad.abs().sum() > 0), hint)
+    x = _randn(3, 8, seed=60)
+    with learner_code("calling your layer on a CPU input while the default device is another one", _ANY_DEVICE):
+        out = _elsewhere(lambda: layer(x))
+    expect(
+        isinstance(out, torch.Tensor) and out.device == x.device and out.shape == (3, 4)
+        and torch.allclose(out, torch.fft.fft(x)[..., :4], atol=1e-5),
+        f"the output must be on the input's device, with the same values, whatever the default device: {_ANY_DEVICE}",
+    )
+
+
+_NORM_STATE = {"weight": 1.0, "bias": 0.0, "running_mean": 0.0, "running_var": 1.0}
+
+
+def _norm_tensors(layer: nn.Module) -> dict[str, torch.Tensor]:
+    return {name: getattr(layer, name) for name in _NORM_STATE}
+
+
+@exercise("Exercise 3 · A normalisation layer built like the built-in ones")
+def check_norm1d(cls: type[nn.Module]) -> None:
+    """``cls(num_features, momentum=0.1, eps=1e-5, device=None, dtype=None)``, like ``nn.BatchNorm1d``.
+
+    Parameters ``weight``/``bias`` and buffers ``running_mean``/``running_var``, all created with the
+    factory keywords; ``reset_parameters()`` resets the four in place; the forward pass matches
+    ``nn.BatchNorm1d(num_features, eps, momentum)`` in training and evaluation mode, values and gradients;
+    the output lands on the input's device whatever the default device, and float64 works.
+    """
+    n = 4
+    kwargs_hint = ("accept device=None, dtype=None and pass them to every tensor you create in __init__ "
+                   "(torch.ones(n, device=device, dtype=dtype), ...)")
+    reset_hint = ("reset_parameters() sets weight to ones, bias to zeros, running_mean to zeros and running_var "
+                  "to ones, in place (fill_, zero_, nn.init.ones_) under torch.no_grad()")
+    build_hint = f"the error is in __init__ or in the reset_parameters() it calls. {kwargs_hint[0].upper()}" \
+                 f"{kwargs_hint[1:]}; {reset_hint}"
+    with learner_code(f"building Norm1d({n}, device='meta')", build_hint):
+        on_meta = cls(n, device="meta")
+    expect(isinstance(on_meta, nn.Module), "Norm1d must subclass nn.Module")
+    params, buffers = dict(on_meta.named_parameters()), dict(on_meta.named_buffers())
+    expect(set(params) == {"weight", "bias"},
+           f"register exactly two parameters, weight and bias; got {sorted(params)}. The running statistics "
+           "are state that is not trained: register them with self.register_buffer(...)")
+    missing = [name for name in ("running_mean", "running_var") if name not in buffers]
+    expect(not missing,
+           f"{missing} must be buffers: self.register_buffer(name, tensor). A plain tensor attribute is not "
+           "moved by .to() or to_empty() and not saved in state_dict()")
+    tensors = _norm_tensors(on_meta)
+    expect(all(t.shape == (n,) for t in tensors.values()),
+           f"weight, bias, running_mean and running_var all have shape ({n},)")
+    off = [name for name, t in tensors.items() if not t.is_meta]
+    expect(not off, f"Norm1d({n}, device='meta') created {off} on another device: {kwargs_hint}")
+
+    with learner_code(f"building Norm1d({n}, dtype=torch.float64)", build_hint):
+        double = cls(n, dtype=torch.float64)
+    wrong = [name for name, t in _norm_tensors(double).items() if t.dtype != torch.float64]
+    expect(not wrong, f"Norm1d({n}, dtype=torch.float64) created {wrong} in another dtype: {kwargs_hint}")
+
+    with learner_code(f"building Norm1d({n})", build_hint):
+        fresh = cls(n)
+    unset = [name for name, t in _norm_tensors(fresh).items() if not torch.all(t == _NORM_STATE[name])]
+    expect(not unset, f"right after Norm1d({n}) is built, {unset} do not hold their starting values (weight "
+                      "ones, bias zeros, running_mean zeros, running_var ones): set them in reset_parameters() "
+                      "and call it at the end of __init__")
+
+    expect(callable(getattr(on_meta, "reset_parameters", None)),
+           f"define a method reset_parameters(): to_empty() gives memory without values, and {reset_hint}")
+    layer = on_meta.to_empty(device="cpu")
+    held = _norm_tensors(layer)
+    with torch.no_grad():
+        for t in held.values():
+            t.fill_(7.0)  # what uninitialised memory might hold
+    with learner_code("calling reset_parameters() after to_empty(device='cpu')", reset_hint):
+        layer.reset_parameters()
+    now = _norm_tensors(layer)
+    replaced = [name for name in params if now[name] is not held[name]]
+    expect(not replaced, f"reset_parameters() replaced {replaced} by new objects: fill the existing ones in place "
+                         "(an optimizer built before holds the old Parameters, and a tie would break)")
+    unset = [name for name, t in now.items() if not torch.all(t == _NORM_STATE[name])]
+    expect(not unset, f"after to_empty(device='cpu') and reset_parameters(), {unset} still hold leftover values: "
+                      f"{reset_hint}")
+
+    # The computation, against nn.BatchNorm1d: values, running statistics, gradients, evaluation mode.
+    momentum, eps = 0.3, 0.1
+    with learner_code(f"building Norm1d({n}, momentum={momentum}, eps={eps})", build_hint):
+        mine = cls(n, momentum=momentum, eps=eps)
+    reference = nn.BatchNorm1d(n, eps=eps, momentum=momentum)
+    weight, bias = _randn(n, seed=11) + 2.0, _randn(n, seed=12)
+    with torch.no_grad():
+        for module in (mine, reference):
+            module.weight.copy_(weight)
+            module.bias.copy_(bias)
+    train_hint = ("in training mode normalise with the batch's mean and biased variance (x.var(dim=0, "
+                  "correction=0)), eps inside the square root, then * weight + bias")
+    stats_hint = ("update the running statistics as running = (1 - momentum) * running + momentum * batch value "
+                  "(running.lerp_(value, momentum)), the variance with correction=1 (unbiased)")
+    for step in range(3):
+        xb = _randn(8, n, seed=20 + step) * 3 + 1
+        leaf = xb.clone().requires_grad_(True)
+        with learner_code("calling your layer in training mode on an (8, 4) batch", "the error is in your forward"):
+            y = mine(leaf)
+        leaf_ref = xb.clone().requires_grad_(True)
+        y_ref = reference(leaf_ref)
+        expect(_shape(y) == (8, n) and torch.allclose(y, y_ref, atol=1e-5), train_hint)
+        expect(torch.allclose(mine.running_mean, reference.running_mean, atol=1e-5)
+               and torch.allclose(mine.running_var, reference.running_var, atol=1e-5), stats_hint)
+        expect(mine.running_mean.grad_fn is None and mine.running_var.grad_fn is None,
+               "update the running statistics under torch.no_grad(): otherwise each in-place update records "
+               "the batch's graph in the buffer, and the next batches build on it")
+        if step == 0:
+            g = _randn(8, n, seed=30)
+            with learner_code("back-propagating through your layer", "the error is in your forward"):
+                (y * g).sum().backward()
+            (y_ref * g).sum().backward()
+            for name in ("weight", "bias"):
+                expect(getattr(mine, name).grad is not None,
+                       f"no gradient reached {name!r}: forward must use the parameter itself, not self.{name}.data "
+                       "or a detached copy")
+                expect(torch.allclose(getattr(mine, name).grad, getattr(reference, name).grad, atol=1e-4),
+                       f"the gradient of {name!r} is wrong: is part of the computation detached or under no_grad?")
+            expect(leaf.grad is not None and torch.allclose(leaf.grad, leaf_ref.grad, atol=1e-4),
+                   "the gradient with respect to the input is wrong: in training mode the batch mean and "
+                   "variance are part of the computation; do not detach them")
+
+    mine.eval()
+    reference.eval()
+    frozen = {name: t.clone() for name, t in _norm_tensors(mine).items()}
+    xe = _randn(5, n, seed=40) * 2
+    with learner_code("calling your layer in eval() mode on a (5, 4) batch", "the error is in your forward"):
+        ye = mine(xe)
+    expect(_shape(ye) == (5, n) and torch.allclose(ye, reference(xe), atol=1e-5),
+           "in eval() mode (self.training is False) normalise with running_mean and running_var, not the "
+           "batch's statistics")
+    expect(all(torch.equal(t, frozen[name]) for name, t in _norm_tensors(mine).items()),
+           "in eval() mode the running statistics must not change")
+
+    # Wherever it runs: on the input's device whatever the default device, and in float64.
+    mine.train()
+    reference.train()
+    xh = _randn(8, n, seed=45)
+    with learner_code("calling your layer on a CPU input while the default device is another one", _ANY_DEVICE):
+        y_here = _elsewhere(lambda: mine(xh))
+    expect(isinstance(y_here, torch.Tensor) and y_here.device == xh.device
+           and torch.allclose(y_here, reference(xh), atol=1e-5),
+           f"the output must be on the input's device, with the same values, whatever the default device: "
+           f"{_ANY_DEVICE}")
+    x64 = _randn(8, n, seed=50, dtype=torch.float64)
+    with learner_code(f"calling Norm1d({n}, dtype=torch.float64) on a float64 input", _ANY_DEVICE):
+        y64 = double(x64)
+    expect(isinstance(y64, torch.Tensor) and y64.dtype == torch.float64
+           and torch.allclose(y64, nn.BatchNorm1d(n, dtype=torch.float64)(x64), atol=1e-9),
+           f"a float64 layer on a float64 input must give BatchNorm's float64 result: {_ANY_DEVICE}")
