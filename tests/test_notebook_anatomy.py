@@ -83,3 +83,31 @@ def test_each_heading_starts_its_own_cell(ch):
     for c in load(ch).cells:
         if c.cell_type == "markdown":
             assert not re.search(r"\n#{2,3} ", c.source), f"split this cell at its heading: {c.source[:60]!r}"
+
+
+COMPARED_SKIP = {"setup", "nbval-ignore-output", "nbval-skip", *HARDWARE_TAGS}
+
+
+@pytest.mark.parametrize("ch", CHAPTERS, ids=lambda c: c.number)
+def test_chapter_ends_by_asserting_its_lessons_ran_on_device(ch):
+    cells = load(ch).cells
+    summary = next(i for i, c in enumerate(cells) if c.cell_type == "markdown" and c.source.startswith("## Summary"))
+    last = [c for c in cells[:summary] if c.cell_type == "code"][-1]
+    assert not tags(last) & COMPARED_SKIP, "the last lesson cell is compared, so a CUDA run checks it too"
+    assert "device" in last.source and "assert" in last.source, last.source[:200]
+
+
+def test_most_compared_cells_work_on_the_chosen_device():
+    used = compared = 0
+    for ch in CHAPTERS:
+        u, c = course.device_cells(load(ch))
+        used, compared = used + u, compared + c
+    assert used >= 0.6 * compared, f"{used} of {compared} compared cells work on `device` (target: 60 %)"
+
+
+@pytest.mark.parametrize("ch", CHAPTERS, ids=lambda c: c.number)
+def test_prerequisites_are_only_the_generated_ones(ch):
+    # Chapter numbers, titles and prerequisites live in tools/course.py; the nav header shows them.
+    learn = next(c for c in load(ch).cells if c.cell_type == "markdown" and "## What you will learn" in c.source)
+    assert not re.search(r"\]\(0\d_[a-z_]+\.ipynb\)", learn.source), "prerequisites are generated: remove the link"
+    assert not re.search(r"(?i)before you start:?\*? *chapters? \d", learn.source)
