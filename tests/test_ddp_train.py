@@ -1,10 +1,13 @@
 """utils.ddp_train: the pieces of chapter 09's DDP training program, and whole runs in this process.
 
-The launched runs (2 processes x batch 8 and 1 process x batch 16 through ``torchrun``) are asserted
-in notebooks/09_data_parallel_training.ipynb, sections 4-6, which runs in this test suite under strict
-nbval: equal parameters and losses, rank-0-only logs and no progress bar when captured, identical
-replicas, disjoint shards, one checkpoint written by rank 0 that a plain model loads, the ``module.``
-prefix of the wrapper's keys. Launching them here as well would only repeat that work.
+The launched run (a two-node torchrun job on this machine, one process per node, batch 4 with 2
+micro-batches per step, ``--sync-demo``) is asserted in notebooks/09_data_parallel_training.ipynb,
+sections 4-8, which runs in this test suite under strict nbval: world size, ranks and node ranks,
+equal parameters and losses against a plain loop, rank-0-only logs and no progress bar when captured,
+identical replicas, disjoint shards, one checkpoint written by rank 0 that every rank reloads, the
+``module.`` prefix of the wrapper's keys, gradients that differ across ranks inside ``no_sync()``,
+buffers broadcast from rank 0, SyncBatchNorm refused on the CPU. Launching it here as well would only
+repeat that work; these tests run the program in this process (a one-process group) and test its parts.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
+from torch.utils.data import TensorDataset
 
 from utils import ddp_train
 
@@ -30,7 +34,7 @@ def params(result: dict) -> dict[str, torch.Tensor]:
 
 def without_a_launcher(monkeypatch) -> None:
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE"):
         monkeypatch.delenv(var, raising=False)
 
 
@@ -39,11 +43,12 @@ def epoch_order(samples: int, seed: int, epoch: int) -> list[int]:
     return torch.randperm(samples, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
 
 
-def plain_training(epochs: int, batch_size: int, lr: float = 0.1, seed: int = 0, samples: int = 64) -> nn.Module:
+def plain_training(epochs: int, batch_size: int, lr: float = 0.1, momentum: float = 0.5, seed: int = 0,
+                   samples: int = 64) -> nn.Module:
     """The same training without DDP, a sampler or a process group."""
     x, y = ddp_train.make_data(samples, seed)
     model = ddp_train.make_model(seed)
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     for epoch in range(epochs):
         for batch in torch.tensor(epoch_order(samples, seed, epoch)).split(batch_size):
             optimizer.zero_grad()
@@ -52,32 +57,50 @@ def plain_training(epochs: int, batch_size: int, lr: float = 0.1, seed: int = 0,
     return model
 
 
+def run(tmp_path: Path, *extra: str, name: str = "r.json") -> dict:
+    argv = ["--backend", "gloo", "--no-progress", "--out", str(tmp_path / name), *extra]
+    assert ddp_train.main(argv) == 0
+    assert not torch.distributed.is_initialized()  # the process group was torn down
+    return json.loads((tmp_path / name).read_text())
+
+
+def assert_same_params(got: dict[str, torch.Tensor], model: nn.Module, atol: float = 1e-6) -> None:
+    for name, p in model.named_parameters():
+        assert torch.allclose(got[name], p.detach(), rtol=0, atol=atol), name
+
+
 def gloo_threads() -> list[str]:
     tasks = Path("/proc/self/task")
     return [name for t in tasks.iterdir() if "gloo" in (name := (t / "comm").read_text().strip())]
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads through Linux's /proc")
-def test_shutdown_stops_gloo_threads(tmp_path, monkeypatch):
+def test_shutdown_stops_gloo_threads_after_the_sync_demo(tmp_path, monkeypatch):
     """Threads that outlive destroy_process_group() can abort the process when Python exits."""
     without_a_launcher(monkeypatch)
     before = gloo_threads()
-    ddp_train.main(["--backend", "gloo", "--epochs", "1", "--no-progress", "--out", str(tmp_path / "r.json")])
+    demo = run(tmp_path, "--epochs", "1", "--sync-demo")["sync_demo"]
     assert gloo_threads() == before == []
+    # One rank: every comparison across ranks is trivially equal; BatchNorm sees only its own batches.
+    assert demo["state_equal_before_wrap"] and demo["state_equal_after_wrap"]
+    assert demo["running_means_sync_true"] == demo["running_means_sync_false"] == [[0.5], [0.75]]
+    assert demo["grads_equal_no_sync_around_backward_only"] is True
+    # On the CPU, SyncBatchNorm refuses to train inside a process group (even a one-process one).
+    assert (demo["sync_bn_type"], demo["sync_bn_train_forward"], demo["sync_bn_eval_forward"]) == (
+        "SyncBatchNorm", "ValueError", "ok")
 
 
 def test_one_intra_op_thread_unless_omp_num_threads_says_otherwise(tmp_path, monkeypatch):
     without_a_launcher(monkeypatch)
-    argv = ["--backend", "gloo", "--epochs", "1", "--no-progress", "--out", str(tmp_path / "r.json")]
     threads = torch.get_num_threads()
     try:
         monkeypatch.delenv("OMP_NUM_THREADS")
         torch.set_num_threads(2)
-        ddp_train.main(argv)
+        run(tmp_path, "--epochs", "1")
         assert torch.get_num_threads() == 1
         monkeypatch.setenv("OMP_NUM_THREADS", "2")
         torch.set_num_threads(2)
-        ddp_train.main(argv)
+        run(tmp_path, "--epochs", "1")
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(threads)
@@ -94,23 +117,93 @@ def test_same_run_in_process_without_a_launcher_matches_plain_training_and_shows
     argv = ["--backend", "gloo", "--epochs", str(EPOCHS), "--batch-size", "16",
             "--out", str(tmp_path / "r.json"), "--checkpoint", str(tmp_path / "c.pt")]
     assert ddp_train.main(argv) == 0
-    assert not torch.distributed.is_initialized()  # the process group was torn down
     result = json.loads((tmp_path / "r.json").read_text())
-    assert (result["world_size"], result["global_batch_size"], result["steps_per_epoch"]) == (1, 16, 4)
+    assert (result["world_size"], result["nodes"]) == (1, 1)
+    assert (result["global_batch_size"], result["steps_per_epoch"]) == (16, 4)
     assert result["in_sync"] is True and result["checkpoint_writers"] == [0]
     assert result["first_epoch_indices"] == [epoch_order(64, 0, 0)]
+    assert result["no_sync_audit"] is None and result["pinned_batches"] is False
     # DDP with one process takes the steps of a plain loop over the same batches...
-    reference = plain_training(EPOCHS, 16)
     got = params(result)
-    for name, p in reference.named_parameters():
-        assert torch.allclose(got[name], p.detach(), rtol=0, atol=1e-6), name
+    assert_same_params(got, plain_training(EPOCHS, 16))
     # ...and that training did something: the parameters left the seeded start and the loss fell.
     assert not torch.allclose(got["0.weight"], ddp_train.make_model(0).state_dict()["0.weight"], atol=1e-3)
     assert result["losses"][-1] < result["losses"][0] / 2
     state = torch.load(tmp_path / "c.pt", weights_only=True)
     assert (state["epoch"], state["world_size"]) == (EPOCHS, 1)
     assert all(torch.equal(state["model"][name], got[name]) for name in got)
+    assert set(state["optimizer"]["state"]) == {0, 1, 2, 3}  # momentum buffers are saved
+    assert result["checkpoint_checks"] == [{"matches": True, "devices": ["cpu"]}]
     assert f"{EPOCHS * 4}/{EPOCHS * 4}" in terminal.getvalue()  # tqdm drew the bar to the end
+
+
+def test_resume_continues_exactly_where_the_checkpoint_left_off(tmp_path, monkeypatch):
+    without_a_launcher(monkeypatch)
+    ckpt = str(tmp_path / "c.pt")
+    assert run(tmp_path, "--epochs", "2", "--batch-size", "16", "--checkpoint", ckpt, "--resume",
+               name="first.json")["start_epoch"] == 0  # no checkpoint yet: a fresh start
+    resumed = run(tmp_path, "--epochs", str(EPOCHS), "--batch-size", "16", "--checkpoint", ckpt, "--resume",
+                  name="resumed.json")
+    assert resumed["start_epoch"] == 2 and len(resumed["losses"]) == 1
+    assert resumed["first_epoch_indices"] == [epoch_order(64, 0, 2)]  # the sampler continues at epoch 2
+    assert_same_params(params(resumed), plain_training(EPOCHS, 16))
+    # Without the optimizer's momentum the resumed run would take other steps:
+    x, y = ddp_train.make_data(64, 0)
+    no_momentum = plain_training(2, 16)
+    optimizer = torch.optim.SGD(no_momentum.parameters(), lr=0.1, momentum=0.5)  # fresh: no buffers
+    for batch in torch.tensor(epoch_order(64, 0, 2)).split(16):
+        optimizer.zero_grad()
+        nn.functional.mse_loss(no_momentum(x[batch]), y[batch]).backward()
+        optimizer.step()
+    assert not torch.allclose(params(resumed)["0.weight"], no_momentum[0].weight.detach(), atol=1e-4)
+
+
+def test_gradient_accumulation_matches_the_combined_batch(tmp_path, monkeypatch):
+    """16 micro-batches of 4 in windows of 3: five steps on 12 samples and a last one on 4, as plain batches."""
+    without_a_launcher(monkeypatch)
+    result = run(tmp_path, "--epochs", str(EPOCHS), "--batch-size", "4", "--accumulate", "3")
+    assert (result["global_batch_size"], result["micro_batches_per_epoch"], result["steps_per_epoch"]) == (12, 16, 6)
+    assert_same_params(params(result), plain_training(EPOCHS, 12))
+
+
+@pytest.mark.parametrize(("micro", "k", "sizes", "steps"),
+                         [(8, 1, [1] * 8, 8), (8, 2, [2] * 8, 4), (8, 3, [3] * 6 + [2] * 2, 3), (2, 4, [2, 2], 1)])
+def test_accumulation_windows(micro, k, sizes, steps):
+    assert [ddp_train.window_size(i, micro, k) for i in range(micro)] == sizes
+    assert ddp_train.steps_per_epoch(micro, k) == steps
+
+
+def test_batches_are_pinned_only_for_a_cuda_device():
+    data = TensorDataset(torch.zeros(4, 1))
+    sampler = torch.utils.data.DistributedSampler(data, num_replicas=1, rank=0)
+    assert ddp_train.make_loader(data, sampler, 2, torch.device("cuda", 1)).pin_memory is True  # not iterated
+    assert ddp_train.make_loader(data, sampler, 2, torch.device("cpu")).pin_memory is False
+
+
+def test_each_rank_loads_onto_its_own_device(tmp_path):
+    model = ddp_train.make_model(0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
+    model(torch.ones(2, ddp_train.N_FEATURES)).sum().backward()
+    optimizer.step()
+    path = tmp_path / "c.pt"
+    torch.save(ddp_train.training_state(model, optimizer, 5, 2), path)
+    on_meta = ddp_train.load_for_rank(path, torch.device("meta"))  # map_location: shapes, no data
+    assert {t.device.type for t in on_meta["model"].values()} == {"meta"}
+    assert on_meta["optimizer"]["state"][0]["momentum_buffer"].device.type == "meta"
+    fresh = ddp_train.make_model(1)
+    fresh_optimizer = torch.optim.SGD(fresh.parameters(), lr=0.1, momentum=0.5)
+    assert not ddp_train.same_state(ddp_train.load_for_rank(path, torch.device("cpu")), fresh, fresh_optimizer)
+    assert ddp_train.resume(path, fresh, fresh_optimizer, torch.device("cpu")) == 5
+    assert ddp_train.same_state(ddp_train.load_for_rank(path, torch.device("cpu")), fresh, fresh_optimizer)
+    fresh_optimizer.param_groups[0]["lr"] = 0.2  # settings count too
+    assert not ddp_train.same_state(ddp_train.load_for_rank(path, torch.device("cpu")), fresh, fresh_optimizer)
+    assert ddp_train.resume(tmp_path / "missing.pt", fresh, fresh_optimizer, torch.device("cpu")) == 0
+
+
+def test_ranks_must_resume_from_the_same_epoch():
+    assert ddp_train.common_start([3, 3, 3]) == 3
+    with pytest.raises(RuntimeError, match="file system they share"):
+        ddp_train.common_start([3, 0])  # rank 1 found no checkpoint: it would start over
 
 
 @pytest.mark.parametrize(
@@ -140,10 +233,18 @@ def test_progress_bar_rank_zero_on_a_terminal_only(rank, no_progress, tty, want)
     assert ddp_train.show_progress(rank, no_progress, stream) is want
 
 
-@pytest.mark.parametrize("bad", [["--batch-size", "0"], ["--epochs", "-1"], ["--lr", "0"], []])
+@pytest.mark.parametrize("bad", [["--batch-size", "0"], ["--epochs", "-1"], ["--lr", "0"], ["--momentum", "1"],
+                                 ["--accumulate", "0"], ["--resume"], []])
 def test_arguments_are_validated(bad):
     with pytest.raises(SystemExit):
         ddp_train.parse_args([*bad, "--out", "r.json"] if bad else [])
+
+
+def test_identity_comes_from_the_launcher(monkeypatch):
+    monkeypatch.setenv("GROUP_RANK", "1")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    found = ddp_train.rank_identity(torch.device("cpu"))
+    assert (found["group_rank"], found["cuda_visible_devices"], found["device_type"]) == ("1", None, "cpu")
 
 
 def test_help_runs_as_a_module_from_any_folder(tmp_path):
@@ -151,6 +252,7 @@ def test_help_runs_as_a_module_from_any_folder(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: python -m utils.ddp_train")
-    assert "--batch-size" in done.stdout and "PER PROCESS" in done.stdout and "--checkpoint" in done.stdout
+    for flag in ("PER PROCESS", "--checkpoint", "--resume", "--accumulate", "--sync-demo"):
+        assert flag in done.stdout, flag
     # runpy warns when `import utils` has already imported the module it is asked to run.
     assert "found in sys.modules" not in done.stderr

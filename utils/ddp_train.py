@@ -8,27 +8,44 @@ is torchrun with the same interpreter)::
         --epochs 3 --batch-size 8 --out result.json --checkpoint ckpt.pt
 
 ``--standalone`` starts a local rendezvous on a free port, so several runs on one machine never
-collide. Without a launcher the module runs as a single process (``python -m utils.ddp_train ...``).
-Nothing imports it for you: ``import utils`` leaves it alone until you ask for ``utils.ddp_train``.
+collide. On several machines, run the same command on each with ``--nnodes=N --rdzv-backend=c10d
+--rdzv-endpoint=HOST:PORT --rdzv-id=JOB`` instead (chapter 09, section 4). Without a launcher the
+module runs as a single process (``python -m utils.ddp_train ...``). Nothing imports it for you:
+``import utils`` leaves it alone until you ask for ``utils.ddp_train``.
 
 * Backend: ``nccl`` when every process on this node has a CUDA GPU of its own (process ``LOCAL_RANK``
   uses ``cuda:LOCAL_RANK``), ``gloo`` on the CPU otherwise; ``--backend`` overrides the choice.
 * Data: a synthetic regression set made from ``--seed``, identical in every process;
   a ``DistributedSampler`` hands each process a disjoint shard and reshuffles every epoch (``set_epoch``).
+  On a GPU the loader pins its batches, so that ``non_blocking`` copies really are asynchronous.
+* Optimizer: SGD with momentum (``--lr``, ``--momentum``). ``--accumulate K`` sums the gradients of K
+  micro-batches before each step; the first K-1 run under ``no_sync()``, so the gradients cross the
+  network once per step, not K times.
 * Only rank 0 logs, shows a progress bar (on a terminal, unless ``--no-progress``), writes the
   checkpoint and writes the JSON result; both files are written atomically (temporary file + rename).
+* ``--resume`` continues from ``--checkpoint`` when that file exists: every rank loads it onto its own
+  device (``map_location``), restores the model, the optimizer (momentum included) and the epoch, and
+  waits at a barrier until all ranks have read it. At the end of a run every rank reloads the last
+  checkpoint the same way and checks it against its own state.
 
 Each process averages its loss over its own batch and DDP averages the gradients over the processes,
-so a run with P processes and ``--batch-size B`` takes the same steps as one process with batch P*B,
-up to floating-point rounding.
+so a run with P processes, ``--batch-size B`` and ``--accumulate K`` takes the same steps as one
+process with batch P*B*K, up to floating-point rounding.
+
+``--sync-demo`` adds, after training, chapter 09's demonstration of what DDP synchronises besides
+gradients (parameters when it wraps a model, buffers before each forward) and of ``SyncBatchNorm``
+on this backend. It trains nothing; its findings go to the JSON result under ``"sync_demo"``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
+import inspect
 import json
 import logging
+import math
 import os
 import sys
 from pathlib import Path
@@ -38,13 +55,16 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, TensorDataset
 
-from utils.checkpoint import atomic_write, save_checkpoint
+from utils.checkpoint import atomic_write, load_checkpoint, save_checkpoint
 
 N_FEATURES = 4
 N_HIDDEN = 8
 LOG = logging.getLogger("ddp_train")
+#: The environment torchrun gives each process, as recorded in the result (``None`` when unset).
+IDENTITY_VARS = ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE",
+                 "MASTER_ADDR", "CUDA_VISIBLE_DEVICES")
 
 
 def positive_int(text: str) -> int:
@@ -61,21 +81,38 @@ def positive_float(text: str) -> float:
     return value
 
 
+def momentum_value(text: str) -> float:
+    value = float(text)
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
+    return value
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m utils.ddp_train", description="Train a small model with DistributedDataParallel."
     )
     parser.add_argument("--epochs", type=positive_int, default=3, help="passes over the data (default 3)")
     parser.add_argument("--batch-size", type=positive_int, default=8, help="batch size PER PROCESS (default 8)")
+    parser.add_argument("--accumulate", type=positive_int, default=1,
+                        help="micro-batches per optimizer step (gradient accumulation, default 1)")
     parser.add_argument("--lr", type=positive_float, default=0.1, help="SGD learning rate (default 0.1)")
+    parser.add_argument("--momentum", type=momentum_value, default=0.5, help="SGD momentum (default 0.5)")
     parser.add_argument("--seed", type=int, default=0, help="seed for data, initial weights and shuffling")
     parser.add_argument("--samples", type=positive_int, default=64, help="size of the synthetic data set")
     parser.add_argument("--out", type=Path, required=True, help="JSON file for final parameters and metrics")
     parser.add_argument("--checkpoint", type=Path, help="checkpoint file, written by rank 0 after each epoch")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from --checkpoint if it exists (every rank loads it)")
     parser.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto",
                         help="process-group backend (default: nccl if each process has a GPU, else gloo)")
     parser.add_argument("--no-progress", action="store_true", help="never show the progress bar")
-    return parser.parse_args(argv)
+    parser.add_argument("--sync-demo", action="store_true",
+                        help="after training, record what DDP synchronises besides gradients (chapter 09)")
+    args = parser.parse_args(argv)
+    if args.resume and args.checkpoint is None:
+        parser.error("--resume needs --checkpoint")
+    return args
 
 
 def choose_backend(requested: str, cuda_devices: int, local_world_size: int) -> str:
@@ -113,6 +150,31 @@ def make_model(seed: int) -> nn.Module:
     return nn.Sequential(nn.Linear(N_FEATURES, N_HIDDEN), nn.Tanh(), nn.Linear(N_HIDDEN, 1))
 
 
+def make_loader(dataset: Dataset, sampler: Sampler, batch_size: int, device: torch.device) -> DataLoader:
+    """Batches of ``batch_size`` in the sampler's order; pinned (page-locked) when they go to a CUDA GPU.
+
+    ``tensor.to("cuda", non_blocking=True)`` returns before the copy ends only from pinned memory; from
+    ordinary memory it waits for the copy like a plain ``.to()``. Pinning on a CPU run would only cost.
+    """
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, pin_memory=device.type == "cuda")
+
+
+def steps_per_epoch(micro_batches: int, accumulate: int) -> int:
+    """Optimizer steps in an epoch of ``micro_batches`` batches: a last, shorter window still steps."""
+    return math.ceil(micro_batches / accumulate)
+
+
+def window_size(index: int, micro_batches: int, accumulate: int) -> int:
+    """How many micro-batches share the optimizer step that micro-batch ``index`` belongs to."""
+    start = index // accumulate * accumulate
+    return min(start + accumulate, micro_batches) - start
+
+
+def rank_identity(device: torch.device) -> dict:
+    """What torchrun told this process about itself, and the device it uses."""
+    return {**{name.lower(): os.environ.get(name) for name in IDENTITY_VARS}, "device_type": device.type}
+
+
 def init_distributed(requested: str) -> tuple[int, int, torch.device, str]:
     """Join the process group torchrun describes (or a one-process group); return rank, size, device, backend."""
 
@@ -133,6 +195,130 @@ def init_distributed(requested: str) -> tuple[int, int, torch.device, str]:
     return dist.get_rank(), dist.get_world_size(), device, backend
 
 
+def wrap(model: nn.Module, device: torch.device, **options) -> DDP:
+    return DDP(model, device_ids=[device.index] if device.type == "cuda" else None, **options)
+
+
+def equal_on_all_ranks(tensor: torch.Tensor) -> bool:
+    """True when every rank holds exactly this tensor (a collective: every rank must call it)."""
+    everyone = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+    dist.all_gather(everyone, tensor.contiguous())
+    return all(torch.equal(other, everyone[0]) for other in everyone)
+
+
+def flat_grads(model: nn.Module) -> torch.Tensor:
+    return torch.cat([p.grad.detach().reshape(-1) for p in model.parameters()])
+
+
+def training_state(model: nn.Module, optimizer: torch.optim.Optimizer, epoch: int, world_size: int) -> dict:
+    return {
+        "model": model.state_dict(),  # the unwrapped module: no "module." prefix in the keys
+        "optimizer": optimizer.state_dict(),  # momentum buffers: a resumed run needs them too
+        "epoch": epoch,
+        "world_size": world_size,
+    }
+
+
+def load_for_rank(path: Path, device: torch.device) -> dict:
+    """Read a checkpoint onto this rank's device.
+
+    Rank 0 wrote it from its own device (``cuda:0`` on a GPU machine); without ``map_location`` every
+    rank would put its copy on that one GPU.
+    """
+    return load_checkpoint(path, map_location=device)
+
+
+def resume(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device) -> int:
+    """Restore model and optimizer from ``path`` if it exists; return the epoch to continue with (0 if not)."""
+    if not path.exists():
+        return 0
+    state = load_for_rank(path, device)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    return state["epoch"]
+
+
+def common_start(starts: list[int]) -> int:
+    """The epoch every rank resumes from; an error if the ranks read different checkpoints (or none)."""
+    if len(set(starts)) != 1:
+        raise RuntimeError(
+            f"the ranks would resume from different epochs {starts}: every rank must read the same checkpoint "
+            "(on several machines, put it on a file system they share, or copy it to each)"
+        )
+    return starts[0]
+
+
+def _same(a: object, b: object) -> bool:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(u, v) for u, v in zip(a, b, strict=True))
+    return a == b
+
+
+def same_state(state: dict, model: nn.Module, optimizer: torch.optim.Optimizer) -> bool:
+    """Does a loaded checkpoint hold exactly this model's and optimizer's state (tensors and settings)?"""
+    return _same(state["model"], model.state_dict()) and _same(state["optimizer"], optimizer.state_dict())
+
+
+def sync_demo(rank: int, device: torch.device) -> dict:
+    """What DDP synchronises besides gradients, seen on every rank. Trains nothing.
+
+    * Parameters and buffers when it wraps a model: every rank starts from its own, then compares.
+    * Buffers before each forward: a BatchNorm's running mean after two ordinary training steps, with
+      the buffer sync on and off. Rank r's inputs have mean r + 1, so each rank's own statistics differ.
+    * ``no_sync()`` entered after the forward: does the backward still all-reduce?
+    * SyncBatchNorm on this backend: one training forward and one in eval mode.
+    """
+    found: dict = {}
+    torch.manual_seed(1000 + rank)  # deliberately different weights on every rank...
+    net = nn.Sequential(nn.BatchNorm1d(1, momentum=0.5), nn.Linear(1, 1)).to(device)
+    net[0].running_mean.fill_(10.0 * rank)  # ...and different buffers
+
+    def state() -> torch.Tensor:
+        return torch.cat([t.detach().reshape(-1) for t in (*net.parameters(), net[0].running_mean)])
+
+    found["state_equal_before_wrap"] = equal_on_all_ranks(state())
+    wrap(net, device)  # wrapping copies rank 0's parameters and buffers to every rank
+    found["state_equal_after_wrap"] = equal_on_all_ranks(state())
+
+    # torch 2.13 renamed DDP's switch broadcast_buffers to forward_sync_buffers (the old name warns there).
+    renamed = "forward_sync_buffers" in inspect.signature(DDP).parameters
+    switch = "forward_sync_buffers" if renamed else "broadcast_buffers"
+    x = (rank + 1.0 + torch.tensor([[-1.0], [1.0], [-1.0], [1.0]])).to(device)  # mean rank + 1
+    for sync in (True, False):
+        bn = nn.BatchNorm1d(1, momentum=0.5)
+        model = wrap(nn.Sequential(bn, nn.Linear(1, 1)).to(device), device, **{switch: sync})
+        means = []
+        for _ in range(2):
+            model(x).sum().backward()  # ordinary training: a forward, then a backward
+            everyone = [torch.empty_like(bn.running_mean) for _ in range(dist.get_world_size())]
+            dist.all_gather(everyone, bn.running_mean)
+            means.append([t.item() for t in everyone])
+        found[f"running_means_sync_{str(sync).lower()}"] = means  # [after step][rank]
+
+    # no_sync() around the backward alone: the forward, outside it, already set up the all-reduce.
+    torch.manual_seed(0)
+    late = wrap(nn.Linear(1, 1).to(device), device)
+    out = late(x)
+    with late.no_sync():
+        out.sum().backward()
+    found["grads_equal_no_sync_around_backward_only"] = equal_on_all_ranks(flat_grads(late))
+
+    sync_bn = nn.SyncBatchNorm.convert_sync_batchnorm(nn.Sequential(nn.BatchNorm1d(1))).to(device)
+    found["sync_bn_type"] = type(sync_bn[0]).__name__
+    for mode in ("train", "eval"):
+        sync_bn.train(mode == "train")
+        try:
+            sync_bn(x)
+            found[f"sync_bn_{mode}_forward"] = "ok"
+        except Exception as err:  # noqa: BLE001 - the demo records what this backend refuses
+            found[f"sync_bn_{mode}_forward"] = type(err).__name__
+    return found
+
+
 def train(args: argparse.Namespace, rank: int, world_size: int, device: torch.device, backend: str) -> dict | None:
     """Train in an initialised process group; rank 0 returns the result it wrote to ``args.out``, others None."""
 
@@ -141,34 +327,59 @@ def train(args: argparse.Namespace, rank: int, world_size: int, device: torch.de
     dataset = TensorDataset(*make_data(args.samples, args.seed))
     # Every process shuffles with the same seed, then takes every world_size-th index from its rank on.
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=args.seed)
-    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)
+    loader = make_loader(dataset, sampler, args.batch_size, device)
+    pinned = loader.pin_memory
     model = make_model(args.seed).to(device)
-    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=args.lr)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+    start_epoch = 0
+    if args.resume:
+        start_epoch = resume(args.checkpoint, model, optimizer, device)  # on every rank, onto its own device
+        dist.barrier()  # all ranks have read the file before rank 0 may replace it
+        starts: list[object] = [None] * world_size
+        dist.all_gather_object(starts, start_epoch)
+        start_epoch = common_start(starts)  # type: ignore[arg-type]
+    ddp = wrap(model, device)
     loss_fn = nn.MSELoss()  # reduction="mean": per-process mean, then DDP averages over processes
+    micro_batches, k = len(loader), args.accumulate
+    steps = steps_per_epoch(micro_batches, k)
 
+    nodes = int(os.environ.get("GROUP_WORLD_SIZE", 1))
     LOG.info(
-        "%s on %s: %d process(es) x batch %d = global batch %d, %d steps per epoch",
-        backend, device.type, world_size, args.batch_size, world_size * args.batch_size, len(loader),
+        "%s on %s: %d process(es) on %d node(s) x batch %d x %d micro-batch(es) = global batch %d, "
+        "%d steps per epoch",
+        backend, device.type, world_size, nodes, args.batch_size, k, world_size * args.batch_size * k, steps,
     )
+    if start_epoch:
+        LOG.info("resumed from the checkpoint of epoch %d", start_epoch)
     bar = None
     if show_progress(rank, args.no_progress, sys.stderr):
         from tqdm import tqdm
 
-        bar = tqdm(total=args.epochs * len(loader), desc="training", unit="step")
+        bar = tqdm(total=(args.epochs - start_epoch) * micro_batches, desc="training", unit="batch")
 
-    losses, first_epoch, wrote_checkpoint = [], [], False
-    for epoch in range(args.epochs):
+    losses, first_epoch, wrote_checkpoint, audit = [], [], False, None
+    for epoch in range(start_epoch, args.epochs):
         sampler.set_epoch(epoch)  # without it every epoch repeats epoch 0's order
-        if epoch == 0:
+        if epoch == start_epoch:
             first_epoch = list(sampler)
         totals = torch.zeros(2, dtype=torch.float64, device=device)  # sum of losses, number of samples
-        for x, y in loader:
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(ddp(x), y)
-            loss.backward()  # DDP all-reduces (averages) the gradients during backward
-            optimizer.step()
+        for i, (x, y) in enumerate(loader):
+            x, y = x.to(device, non_blocking=pinned), y.to(device, non_blocking=pinned)
+            n = window_size(i, micro_batches, k)
+            last = i % k == n - 1  # the window's last micro-batch all-reduces
+            # DDP decides in forward whether the backward all-reduces: the forward goes inside no_sync() too.
+            with contextlib.nullcontext() if last else ddp.no_sync():
+                loss = loss_fn(ddp(x), y)
+                (loss / n).backward()  # mean over the window's micro-batches
+            if audit is None and k > 1 and world_size > 1 and epoch == start_epoch:
+                # The program checks its first step once: gradients differ between ranks until the
+                # all-reduce of the window's last backward, and agree after it.
+                audit = {"equal_inside_no_sync": equal_on_all_ranks(flat_grads(model))}
+            elif audit is not None and "equal_after_sync" not in audit and last:
+                audit["equal_after_sync"] = equal_on_all_ranks(flat_grads(model))
+            if last:
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
             totals[0] += loss.detach() * len(x)
             totals[1] += len(x)
             if bar is not None:
@@ -179,47 +390,57 @@ def train(args: argparse.Namespace, rank: int, world_size: int, device: torch.de
             bar.set_postfix(loss=f"{losses[-1]:.4f}")
         LOG.info("epoch %d/%d  loss %.4f", epoch + 1, args.epochs, losses[-1])
         if args.checkpoint is not None and rank == 0:
-            state = {
-                "model": model.state_dict(),  # the unwrapped module: no "module." prefix in the keys
-                "optimizer": optimizer.state_dict(),
-                "epoch": epoch + 1,
-                "world_size": world_size,
-            }
             args.checkpoint.parent.mkdir(parents=True, exist_ok=True)
-            save_checkpoint(state, args.checkpoint)
+            save_checkpoint(training_state(model, optimizer, epoch + 1, world_size), args.checkpoint)
             wrote_checkpoint = True
     if bar is not None:
         bar.close()
+    checked = None
     if args.checkpoint is not None:
         LOG.info("checkpoint saved by rank 0 after epoch %d", args.epochs)
+        dist.barrier()  # rank 0 has finished writing before anyone reads
+        if args.checkpoint.exists():  # on several machines: only where the file system is shared
+            state = load_for_rank(args.checkpoint, device)  # what a resumed run starts from, on every rank
+            checked = {"matches": same_state(state, model, optimizer),
+                       "devices": sorted({str(t.device) for t in state["model"].values()})}
+    demo = sync_demo(rank, device) if args.sync_demo else None
 
     # Every replica must hold the same parameters: compare them all with rank 0's.
-    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-    everyone = [torch.empty_like(flat) for _ in range(world_size)]
-    dist.all_gather(everyone, flat)
-    in_sync = all(torch.equal(other, everyone[0]) for other in everyone)
+    in_sync = equal_on_all_ranks(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
     gathered: list[object] = [None] * world_size
-    dist.all_gather_object(gathered, {"wrote_checkpoint": wrote_checkpoint, "first_epoch": first_epoch})
+    mine = {"wrote_checkpoint": wrote_checkpoint, "first_epoch": first_epoch, "identity": rank_identity(device),
+            "checkpoint_check": checked}
+    dist.all_gather_object(gathered, mine)
 
     if rank != 0:
         return None
     result = {
         "world_size": world_size,
+        "nodes": nodes,
         "backend": backend,
         "device_type": device.type,
+        "pinned_batches": pinned,
         "batch_size_per_process": args.batch_size,
-        "global_batch_size": world_size * args.batch_size,
-        "steps_per_epoch": len(loader),
+        "accumulate": k,
+        "global_batch_size": world_size * args.batch_size * k,
+        "micro_batches_per_epoch": micro_batches,
+        "steps_per_epoch": steps,
         "epochs": args.epochs,
+        "start_epoch": start_epoch,
         "lr": args.lr,
+        "momentum": args.momentum,
         "seed": args.seed,
         "samples": args.samples,
         "losses": losses,
         "in_sync": in_sync,
+        "no_sync_audit": audit,
+        "ranks": [g["identity"] for g in gathered],
         "checkpoint_writers": [r for r, g in enumerate(gathered) if g["wrote_checkpoint"]],
+        "checkpoint_checks": [g["checkpoint_check"] for g in gathered],
         "first_epoch_indices": [g["first_epoch"] for g in gathered],
         "params": {name: p.detach().cpu().tolist() for name, p in model.named_parameters()},
         "ddp_state_dict_keys": list(ddp.state_dict()),  # the wrapper's keys, for comparison
+        "sync_demo": demo,
     }
     text = json.dumps(result, indent=1).encode()
     args.out.parent.mkdir(parents=True, exist_ok=True)
