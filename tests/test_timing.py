@@ -1,171 +1,189 @@
-"""The timing helpers: every device synchronised, warm-up excluded, agreement with torch.utils.benchmark.
+"""The timing helpers' logic, on virtual time: which devices are synchronised, that warm-up calls are
+excluded, that candidates are interleaved, how CPU workers hand out tasks, and how a speed claim is
+judged on a busy machine.
 
-CUDA is simulated: ``torch.cuda.synchronize`` is replaced by a fake that records which device it waited
-for, and "GPU work" is a sleep running on a background thread per device, so a clock that forgets to
-wait for a device measures too little, exactly as on real hardware.
+Nothing here depends on the speed of the machine. GPUs are the shared double ``utils.fake_gpus``
+(work launched on a fake device finishes later on a virtual clock, and ``torch.accelerator`` /
+``torch.cuda.synchronize`` wait for it); every clock the helpers read is passed in as ``timer=`` or
+``clock=``, so "this call took 30 ms" is exact, not a sleep.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
-import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from unittest import mock
 
 import pytest
 import torch
 
 from utils import timing
-from utils.timing import CPUWorkers, Timing, compare, format_seconds, measure, run_on_cpu_workers, synchronize
+from utils.fake_gpus import FakeGPUs, fake_gpus
+from utils.timing import (
+    CPUWorkers,
+    Timing,
+    WorkerRun,
+    compare,
+    core_wait,
+    format_seconds,
+    judge_speedup,
+    measure,
+    run_on_cpu_workers,
+    synchronize,
+    until_quiet,
+)
 
 CPU = torch.device("cpu")
-
-
-class FakeGPUs:
-    """Per-device queues of work that finish later; ``sync`` stands in for ``torch.cuda.synchronize``."""
-
-    def __init__(self) -> None:
-        self.queues: dict[int, ThreadPoolExecutor] = {}
-        self.pending: dict[int, list[Future]] = {}
-        self.synced: list[torch.device] = []
-
-    def launch(self, index: int, seconds: float) -> None:
-        queue = self.queues.setdefault(index, ThreadPoolExecutor(max_workers=1))
-        self.pending.setdefault(index, []).append(queue.submit(time.sleep, seconds))
-
-    def sync(self, device=None) -> None:
-        device = torch.device("cuda", 0) if device is None else torch.device(device)
-        assert device.type == "cuda", f"synchronize called with {device}"
-        self.synced.append(device)
-        for job in self.pending.pop(device.index or 0, []):
-            job.result()
-
-    def close(self) -> None:
-        for queue in self.queues.values():
-            queue.shutdown(wait=True)
-
-
-@pytest.fixture
-def gpus(monkeypatch):
-    fake = FakeGPUs()
-    monkeypatch.setattr(torch.cuda, "synchronize", fake.sync)
-    yield fake
-    fake.close()
+CUDA0, CUDA1 = torch.device("cuda", 0), torch.device("cuda", 1)
 
 
 # --- synchronisation ------------------------------------------------------------------------------
 
-def test_synchronize_waits_for_every_cuda_device_and_skips_the_cpu(gpus):
-    synchronize(["cuda:0", torch.device("cuda", 1), "cpu", "cuda:1"])
-    assert gpus.synced == [torch.device("cuda", 0), torch.device("cuda", 1)]
+def test_synchronize_waits_for_every_device_and_skips_the_cpu():
+    with fake_gpus(2) as gpus:
+        synchronize(["cuda:0", CUDA1, "cpu", "cuda:1"])
+        assert gpus.synced == [CUDA0, CUDA1]
 
 
-def test_synchronize_accepts_a_single_device(gpus):
-    synchronize("cuda:3")
-    synchronize(CPU)
-    assert gpus.synced == [torch.device("cuda", 3)]
+def test_synchronize_accepts_a_single_device_and_the_current_one():
+    with fake_gpus(4) as gpus:
+        synchronize("cuda:3")
+        synchronize(CPU)
+        synchronize("cuda")  # no index: the current device
+        assert gpus.synced == [torch.device("cuda", 3), CUDA0]
 
 
-def test_measure_synchronises_each_device_around_every_measurement(gpus):
-    measure(lambda: None, devices=["cuda:0", "cuda:1", "cpu"], warmup=0, repeats=4, number=3)
-    counts = {d: gpus.synced.count(d) for d in set(gpus.synced)}
-    assert set(counts) == {torch.device("cuda", 0), torch.device("cuda", 1)}
-    assert counts[torch.device("cuda", 0)] == counts[torch.device("cuda", 1)] >= 2 * 4
+def test_synchronize_goes_through_torch_accelerator():
+    # On a machine whose accelerator is an XPU, torch.cuda.synchronize would raise; the helper still works.
+    with fake_gpus(2, "xpu") as gpus:
+        synchronize(["xpu:1", "cpu"])
+        assert gpus.synced == [torch.device("xpu", 1)]
 
 
-def test_measure_includes_the_slowest_device(gpus):
-    def step():  # returns at once, like a CUDA launch; the work finishes later
-        gpus.launch(0, 0.002)
-        gpus.launch(1, 0.030)
-
-    both = measure(step, devices=["cuda:0", "cuda:1"], warmup=1, repeats=3, number=1)
-    current_only = measure(step, devices=["cuda:0"], warmup=1, repeats=3, number=1)
-    gpus.sync("cuda:1")
-    assert both.median >= 0.029, both
-    assert current_only.median < 0.020, "the fake must show the bug that synchronising one device causes"
-
-
-def test_earlier_work_is_not_billed(gpus):
-    gpus.launch(1, 0.080)  # queued before the measurement starts
-    t = measure(lambda: gpus.launch(1, 0.010), devices=["cuda:0", "cuda:1"], warmup=0, repeats=1, number=1)
-    assert 0.009 <= t.median < 0.060, t
+def test_synchronize_refuses_a_device_this_machine_lacks_before_waiting():
+    with fake_gpus(2) as gpus:
+        with pytest.raises(ValueError, match="devices: cannot synchronise xpu:0"):
+            synchronize(["cuda:1", "xpu:0"])
+        assert gpus.synced == []
+    with fake_gpus(0):
+        with pytest.raises(ValueError, match="no accelerator"):
+            synchronize("cuda:0")
+        synchronize("cpu")  # nothing to wait for
 
 
-def test_cpu_only_work_never_touches_cuda(gpus):
-    measure(lambda: None, devices="cpu", warmup=1, repeats=2, number=5)
-    assert gpus.synced == []
+def test_measure_synchronises_each_device_around_every_measurement():
+    with fake_gpus(2) as gpus:
+        measure(lambda: None, devices=["cuda:0", "cuda:1", "cpu"], warmup=0, repeats=4, number=3, timer=gpus.clock)
+        counts = {d: gpus.synced.count(d) for d in set(gpus.synced)}
+        assert counts == {CUDA0: 2 * 4, CUDA1: 2 * 4}  # before and after each of the 4 measurements
 
 
-def test_default_devices_are_every_gpu_or_the_cpu(monkeypatch, gpus):
-    monkeypatch.setattr(timing, "_default_devices", lambda: (torch.device("cuda", 0), torch.device("cuda", 1)))
-    t = measure(lambda: None, warmup=0, repeats=1, number=1)
-    assert t.devices == ("cuda:0", "cuda:1")
-    assert {torch.device("cuda", 0), torch.device("cuda", 1)} == set(gpus.synced)
+def test_measure_includes_the_slowest_device():
+    with fake_gpus(2) as gpus:
+        def step():  # returns at once, like CUDA launches; the work finishes later
+            gpus.launch(0, 0.002)
+            gpus.launch(1, 0.030)
+
+        both = measure(step, devices=["cuda:0", "cuda:1"], warmup=1, repeats=3, number=1, timer=gpus.clock)
+        assert both.times == pytest.approx((0.030,) * 3)
+        gpus.sync(1)
+        current_only = measure(step, devices=["cuda:0"], warmup=1, repeats=3, number=1, timer=gpus.clock)
+        assert max(current_only.times) < 0.030, "the fake must show the bug that synchronising one device causes"
 
 
-def test_default_devices_on_this_machine():
-    t = measure(lambda: None, warmup=0, repeats=1, number=1)
-    if not torch.cuda.is_available():
-        assert t.devices == ("cpu",)
+def test_earlier_work_is_not_billed():
+    with fake_gpus(2) as gpus:
+        gpus.launch(1, 0.080)  # queued before the measurement starts
+        t = measure(lambda: gpus.launch(1, 0.010), devices=["cuda:0", "cuda:1"], warmup=0, repeats=2, number=1,
+                    timer=gpus.clock)
+        assert t.times == pytest.approx((0.010, 0.010))
+
+
+def test_host_time_is_counted_too():
+    with fake_gpus(1) as gpus:
+        def step():
+            gpus.host(0.001)  # Python and the launch itself
+            gpus.launch(0, 0.004)
+
+        t = measure(step, devices="cuda:0", warmup=0, repeats=1, number=5, timer=gpus.clock)
+        # The host queues ahead while the device works: after the first launch, the device is the bottleneck.
+        assert t.times == pytest.approx(((0.001 + 5 * 0.004) / 5,))
+
+
+def test_cpu_only_work_never_touches_the_accelerator():
+    with fake_gpus(2) as gpus:
+        measure(lambda: gpus.host(0.001), devices="cpu", warmup=1, repeats=2, number=5, timer=gpus.clock)
+        assert gpus.synced == []
+
+
+def test_default_devices_are_every_gpu_or_the_cpu():
+    with fake_gpus(2) as gpus:
+        t = measure(lambda: None, warmup=0, repeats=1, number=1, timer=gpus.clock)
+        assert t.devices == ("cuda:0", "cuda:1") and set(gpus.synced) == {CUDA0, CUDA1}
+    with fake_gpus(0) as gpus:
+        assert measure(lambda: None, warmup=0, repeats=1, number=1, timer=gpus.clock).devices == ("cpu",)
 
 
 # --- warm-up and repetition -----------------------------------------------------------------------
 
 class SlowStart:
-    """The first ``slow`` calls take 40 ms (think: CUDA context, cuBLAS handle), later ones ~0."""
+    """The first ``slow`` calls spend 40 ms on the host (think: CUDA context, cuBLAS handle), later ones 1 ms."""
 
-    def __init__(self, slow: int = 3) -> None:
-        self.calls = 0
-        self.slow = slow
+    def __init__(self, clock: FakeGPUs, slow: int = 3) -> None:
+        self.clock, self.slow, self.calls = clock, slow, 0
 
     def __call__(self) -> None:
         self.calls += 1
-        if self.calls <= self.slow:
-            time.sleep(0.040)
+        self.clock.host(0.040 if self.calls <= self.slow else 0.001)
 
 
 def test_warm_up_calls_are_excluded():
-    fn = SlowStart(slow=3)
-    t = measure(fn, devices="cpu", warmup=3, repeats=5, number=2)
+    clock = FakeGPUs(0)
+    fn = SlowStart(clock, slow=3)
+    t = measure(fn, devices="cpu", warmup=3, repeats=5, number=2, timer=clock.clock)
     assert fn.calls == 3 + 5 * 2
-    assert max(t.times) < 0.010, t.times
-    assert t.warmup == 3 and t.number == 2 and len(t.times) == 5
+    assert t.times == pytest.approx((0.001,) * 5)
+    assert t.warmup == 3 and t.number == 2
 
 
 def test_without_warm_up_the_slow_calls_pollute_the_first_measurement():
-    fn = SlowStart(slow=1)
-    t = measure(fn, devices="cpu", warmup=0, repeats=5, number=1)
-    assert t.times[0] >= 0.035 and max(t.times[1:]) < 0.010, t.times
+    clock = FakeGPUs(0)
+    t = measure(SlowStart(clock, slow=1), devices="cpu", warmup=0, repeats=5, number=1, timer=clock.clock)
+    assert t.times == pytest.approx((0.040, 0.001, 0.001, 0.001, 0.001))
+    assert t.median == pytest.approx(0.001) and t.best == pytest.approx(0.001)
 
 
 def test_warm_up_is_excluded_with_automatic_block_size():
-    fn = SlowStart(slow=2)
-    t = measure(fn, devices="cpu", warmup=2, repeats=5)
-    assert max(t.times) < 0.010, t.times
-    assert t.number > 1  # a ~0 s call is repeated to fill a block of about 2 ms
+    clock = FakeGPUs(0)
+    fn = SlowStart(clock, slow=2)
+    t = measure(fn, devices="cpu", warmup=2, repeats=5, timer=clock.clock)
+    assert t.number == 2  # 1 ms per call: 2 calls fill a block of about 2 ms
+    assert t.times == pytest.approx((0.001,) * 5)
+    assert fn.calls == 2 + 1 + 5 * 2  # warm-up, one call to size the block, the measurements
 
 
 def test_warm_up_is_excluded_with_autorange():
-    fn = SlowStart(slow=2)
-    t = measure(fn, devices="cpu", warmup=2, method="autorange", min_run_time=0.02)
-    assert t.method == "autorange" and max(t.times) < 0.010, t.times
+    clock = FakeGPUs(0)
+    t = measure(SlowStart(clock, slow=2), devices="cpu", warmup=2, method="autorange", min_run_time=0.02,
+                timer=clock.clock)
+    assert t.method == "autorange" and t.times == pytest.approx((0.001,) * len(t.times))
 
 
 def test_compare_interleaves_and_warms_each_candidate():
+    clock = FakeGPUs(0)
     order: list[str] = []
-    a, b = SlowStart(slow=1), SlowStart(slow=1)
 
-    def run_a():
-        order.append("a")
-        a()
+    def candidate(name, seconds):
+        def run():
+            order.append(name)
+            clock.host(seconds)
+        return run
 
-    def run_b():
-        order.append("b")
-        b()
-
-    result = compare({"a": run_a, "b": run_b}, devices="cpu", warmup=1, repeats=3, number=1)
+    result = compare({"a": candidate("a", 0.002), "b": candidate("b", 0.005)}, devices="cpu", warmup=1,
+                     repeats=3, number=1, timer=clock.clock)
     assert list(result) == ["a", "b"] and result["a"].label == "a"
     assert order == ["a", "b"] + ["a", "b"] * 3
-    assert max(result["a"].times + result["b"].times) < 0.010
+    assert result["a"].times == pytest.approx((0.002,) * 3) and result["b"].times == pytest.approx((0.005,) * 3)
 
 
 def test_num_threads_is_applied_and_restored():
@@ -179,83 +197,85 @@ def test_num_threads_is_applied_and_restored():
 
 # --- agreement with torch.utils.benchmark ---------------------------------------------------------
 
-def test_agrees_with_torch_utils_benchmark_on_a_cpu_matmul():
+def test_same_clock_same_answer_as_torch_utils_benchmark():
     from torch.utils.benchmark import Timer
 
-    gen = torch.Generator().manual_seed(0)
-    a = torch.randn(256, 256, generator=gen)
-    ours, theirs = [], []
-    reference = Timer("a @ a", globals={"a": a}, num_threads=1)
-    # Interleaved rounds, so a change in the machine's load hits both sides alike. Our measurements
-    # make as many calls as the library's blocks (equally long, so equally exposed to other programs).
-    # Other programs only ever add time, so each side is summarised by its fastest measurement over
-    # all rounds (the "best of" that timeit recommends on a shared machine).
-    for _ in range(7):
-        library = reference.blocked_autorange(min_run_time=0.02)
-        theirs.append(min(library.times))
-        mine = measure(lambda: a @ a, devices="cpu", num_threads=1, number=library.number_per_run,
-                       repeats=len(library.times))
-        ours.append(mine.best)
-    ratio = min(ours) / min(theirs)
-    assert abs(ratio - 1) < 0.05, f"ours/benchmark = {ratio:.3f} ({ours} vs {theirs})"
+    clock = FakeGPUs(0)
+
+    def fn():
+        clock.host(0.003)
+
+    theirs = Timer("fn()", globals={"fn": fn}, timer=clock.clock).timeit(number=5)
+    ours = measure(fn, devices="cpu", warmup=0, repeats=1, number=5, timer=clock.clock)
+    assert theirs.mean == pytest.approx(0.003) and ours.median == pytest.approx(theirs.mean)
 
 
-def test_autorange_method_is_blocked_autorange_with_our_clock(monkeypatch):
+def test_iqr_matches_torch_utils_benchmark():
+    from torch.utils.benchmark import Measurement
+    from torch.utils.benchmark.utils.common import TaskSpec
+
+    times = [0.0031, 0.0010, 0.0025, 0.0042, 0.0018, 0.0020]
+    ours = Timing(tuple(times), 1, 0, ("cpu",), "repeat")
+    theirs = Measurement(number_per_run=1, raw_times=times, task_spec=TaskSpec(stmt="pass", setup="pass"))
+    assert ours.median == pytest.approx(theirs.median)
+    assert ours.iqr == pytest.approx(theirs.iqr)
+
+
+def test_autorange_method_is_blocked_autorange_with_our_clock():
     from torch.utils.benchmark import Timer
 
-    calls = []
-    original = Timer.blocked_autorange
-
-    def spy(self, *args, **kwargs):
-        calls.append(kwargs)
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(Timer, "blocked_autorange", spy)
-    t = measure(lambda: None, devices="cpu", method="autorange", min_run_time=0.01, warmup=0)
-    assert calls == [{"min_run_time": 0.01}]
-    assert t.number >= 1 and len(t.times) >= 1
+    clock = FakeGPUs(0)
+    with mock.patch.object(Timer, "blocked_autorange", autospec=True, side_effect=Timer.blocked_autorange) as spy:
+        t = measure(lambda: clock.host(0.001), devices="cpu", method="autorange", min_run_time=0.01, warmup=0,
+                    timer=clock.clock)
+    assert spy.call_args.kwargs == {"min_run_time": 0.01}
+    assert t.number >= 1 and t.times == pytest.approx((0.001,) * len(t.times))
 
 
-def test_benchmark_timer_uses_a_clock_that_synchronises_every_device(gpus):
-    timer = timing.benchmark_timer(lambda: None, devices=["cuda:0", "cuda:1"])
-    timer.timeit(number=3)
-    assert {torch.device("cuda", 0), torch.device("cuda", 1)} <= set(gpus.synced)
-    assert timer._task_spec.num_threads == torch.get_num_threads()
+def test_benchmark_timer_uses_a_clock_that_synchronises_every_device():
+    with fake_gpus(2) as gpus:
+        def step():
+            gpus.launch(0, 0.002)
+            gpus.launch(1, 0.030)
+
+        bench = timing.benchmark_timer(step, devices=["cuda:0", "cuda:1"], timer=gpus.clock)
+        assert bench.timeit(number=3).mean == pytest.approx(0.030)
+        assert {CUDA0, CUDA1} <= set(gpus.synced)
+        assert bench._task_spec.num_threads == torch.get_num_threads()
 
 
 # --- CUDA events (simulated) ----------------------------------------------------------------------
 
 class FakeEvent:
-    clock = 0.0
+    """Records the fake device's clock; ``elapsed_time`` in milliseconds, as CUDA reports."""
+
+    gpus: FakeGPUs
 
     def __init__(self, enable_timing: bool = False) -> None:
         assert enable_timing
         self.at: float | None = None
-        self.stream = None
 
     def record(self, stream=None) -> None:
-        self.stream = stream
-        self.at = FakeEvent.clock
+        self.at = self.gpus.busy_until[1]  # the moment the work queued so far will be done
 
     def synchronize(self) -> None:
-        pass
+        self.gpus.sync(1)
 
     def elapsed_time(self, end: FakeEvent) -> float:
-        return (end.at - self.at) * 1000.0  # milliseconds, as CUDA reports
+        return (end.at - self.at) * 1000.0
 
 
-def test_events_method_reports_device_time(monkeypatch, gpus):
+def test_events_method_reports_device_time():
     streams = []
-    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: streams.append(device) or "stream-1")
-
-    def kernel():  # each call advances the fake device clock by 3 ms
-        FakeEvent.clock += 0.003
-
-    t = measure(kernel, devices="cuda:1", method="events", warmup=2, repeats=4, number=5)
+    with fake_gpus(2) as gpus:
+        FakeEvent.gpus = gpus
+        with mock.patch.object(torch.cuda, "Event", FakeEvent), \
+                mock.patch.object(torch.cuda, "current_stream", lambda device=None: streams.append(device)):
+            t = measure(lambda: gpus.launch(1, 0.003), devices="cuda:1", method="events", warmup=2, repeats=4,
+                        number=5, timer=gpus.clock)
     assert t.method == "events" and t.times == pytest.approx((0.003,) * 4)
-    assert streams == [torch.device("cuda", 1)]
-    assert torch.device("cuda", 1) in gpus.synced
+    assert streams == [CUDA1]
+    assert CUDA1 in gpus.synced
 
 
 def test_events_need_exactly_one_cuda_device():
@@ -278,22 +298,6 @@ def test_timing_statistics_and_str():
     )
     with pytest.raises(AttributeError):
         t.number = 3  # frozen
-
-
-def test_iqr_matches_torch_utils_benchmark():
-    from torch.utils.benchmark import Measurement
-
-    times = [0.0031, 0.0010, 0.0025, 0.0042, 0.0018, 0.0020]
-    ours = Timing(tuple(times), 1, 0, ("cpu",), "repeat")
-    theirs = Measurement(number_per_run=1, raw_times=times, task_spec=_task_spec())
-    assert ours.median == pytest.approx(theirs.median)
-    assert ours.iqr == pytest.approx(theirs.iqr)
-
-
-def _task_spec():
-    from torch.utils.benchmark.utils.common import TaskSpec
-
-    return TaskSpec(stmt="pass", setup="pass")
 
 
 def test_single_measurement_has_zero_spread():
@@ -327,30 +331,60 @@ def test_timing_rejects_bad_fields(kwargs, error, name):
 
 # --- CPU workers as stand-in devices --------------------------------------------------------------
 
-def test_workers_run_tasks_in_parallel_with_one_thread_each():
+def test_workers_start_warmed_up_threads_with_one_intra_op_thread_each():
     before = torch.get_num_threads()
+    with mock.patch.object(timing, "_start_worker", wraps=timing._start_worker) as initializer:
+        with CPUWorkers(2) as pool:
+            assert initializer.call_count == 2  # one per thread, before any run
+            assert len(set(pool.native_ids)) == 2 and threading.get_native_id() not in pool.native_ids
+            seen = pool.run([torch.get_num_threads, torch.get_num_threads, threading.get_native_id])
+    assert seen[:2] == [1, 1] and seen[2] == pool.native_ids[0]
+    assert torch.get_num_threads() == before
+
+
+def test_task_i_goes_to_worker_i_mod_workers_in_order():
+    order: list[tuple[int, int]] = []
+    lock = threading.Lock()
+
+    def task(i):
+        def run():
+            with lock:
+                order.append((threading.get_native_id(), i))
+            return threading.get_native_id()
+        return run
+
+    with CPUWorkers(2) as pool:
+        owners = pool.run([task(i) for i in range(5)])
+        a, b = pool.native_ids
+    assert owners == [a, b, a, b, a]
+    assert [i for owner, i in order if owner == a] == [0, 2, 4]  # each worker in order, like a device queue
+    assert [i for owner, i in order if owner == b] == [1, 3]
+
+
+def test_workers_are_long_lived_and_run_at_the_same_time():
+    both_started = threading.Barrier(2, timeout=10)  # passes only if the two tasks run at once
+
+    def meet():
+        both_started.wait()
+        return threading.get_native_id()
+
+    with CPUWorkers(2) as pool:
+        first = pool.run([meet, meet])
+        second = pool.run([meet, meet])
+    assert first == second == list(pool.native_ids)
+
+
+def test_one_worker_runs_tasks_one_after_the_other():
+    running = []
 
     def task():
-        time.sleep(0.05)  # sleeping, like PyTorch kernels, releases the GIL
-        return threading.get_ident(), torch.get_num_threads()
+        running.append(threading.get_native_id())
+        assert len(running) == 1  # nobody else is running now
+        running.pop()
+        return True
 
-    with CPUWorkers(1) as one, CPUWorkers(2) as two:
-        t0 = time.perf_counter()
-        seq = one.run([task, task])
-        t1 = time.perf_counter()
-        par = two.run([task, task])
-        t2 = time.perf_counter()
-    assert len({ident for ident, _ in seq}) == 1 and len({ident for ident, _ in par}) == 2
-    assert {n for _, n in seq + par} == {1}
-    assert torch.get_num_threads() == before
-    assert t1 - t0 >= 0.1 and t2 - t1 < 0.09, (t1 - t0, t2 - t1)
-
-
-def test_workers_are_long_lived_threads():
-    with CPUWorkers(2) as pool:
-        first = pool.run([threading.get_ident, threading.get_ident])
-        second = pool.run([threading.get_ident, threading.get_ident])
-    assert first == second and len(set(first)) == 2 and threading.get_ident() not in first
+    with CPUWorkers(1) as pool:
+        assert pool.run([task] * 4) == [True] * 4
 
 
 def test_workers_return_results_in_task_order():
@@ -363,17 +397,24 @@ def test_workers_return_results_in_task_order():
 
 def test_workers_compute_the_same_matmul():
     gen = torch.Generator().manual_seed(0)
-    mats = [torch.randn(64, 64, generator=gen) for _ in range(4)]
+    mats = [torch.randn(16, 16, generator=gen) for _ in range(4)]
     out = run_on_cpu_workers([lambda m=m: m @ m for m in mats], workers=2)
     assert all(torch.equal(o, m @ m) for o, m in zip(out, mats, strict=True))
 
 
-def test_a_failing_task_raises_in_the_caller_and_the_pool_survives():
+def test_a_failing_task_raises_after_every_worker_is_done_and_the_pool_survives():
+    other_finished = threading.Event()
+
     def boom():
         raise RuntimeError("task failed")
 
+    def slow_but_fine():
+        other_finished.set()
+        return 1
+
     with pytest.raises(RuntimeError, match="task failed"):
-        run_on_cpu_workers([lambda: 1, boom], workers=2)
+        run_on_cpu_workers([boom, slow_but_fine], workers=2)
+    assert other_finished.is_set()
     with CPUWorkers(2) as pool:
         with pytest.raises(RuntimeError, match="task failed"):
             pool.run([lambda: 1, boom])
@@ -382,13 +423,181 @@ def test_a_failing_task_raises_in_the_caller_and_the_pool_survives():
 
 def test_closed_workers_refuse_work_and_stop_their_threads():
     pool = CPUWorkers(2)
-    threads = list(pool._threads)
+    ids = set(pool.native_ids)
     pool.close()
     pool.close()  # idempotent
-    assert not any(t.is_alive() for t in threads)
+    assert not any(t.native_id in ids for t in threading.enumerate())
     assert repr(pool) == "CPUWorkers(2, closed)"
     with pytest.raises(RuntimeError, match="closed"):
         pool.run([noop])
+
+
+class ScriptedClock:
+    """Returns the given readings in turn (and records who read it)."""
+
+    def __init__(self, *readings: float) -> None:
+        self.readings = list(readings)
+
+    def __call__(self) -> float:
+        return self.readings.pop(0)
+
+
+def test_timed_run_records_wall_cpu_and_waiting_from_the_clocks_it_is_given():
+    cpu_per_thread: dict[int, float] = {}
+    log: list[str] = []
+
+    def cpu_clock():  # each worker's own CPU clock
+        return cpu_per_thread.setdefault(threading.get_native_id(), 0.0)
+
+    def burn(seconds):
+        def task():
+            cpu_per_thread[threading.get_native_id()] = cpu_clock() + seconds
+        return task
+
+    waits = iter([0.010, 0.0104])
+
+    def waiting(ids):
+        ids = list(ids)
+        log.append(f"waiting for {len(ids)} threads")
+        return next(waits)
+
+    wall = ScriptedClock(100.0, 100.25)
+
+    def clock():
+        log.append("clock")
+        return wall()
+
+    with CPUWorkers(2, clock=clock, cpu_clock=cpu_clock, waiting=waiting) as pool:
+        run = pool.timed_run([burn(0.1), burn(0.2), burn(0.05)])
+    assert (run.wall, run.tasks) == (0.25, 3)
+    assert run.cpu == pytest.approx((0.15, 0.2)) and run.waited == pytest.approx(0.0004)
+    # the waiting is read outside the timed window, for the caller and the two busy workers
+    assert log == ["waiting for 3 threads", "clock", "clock", "waiting for 3 threads"]
+    assert run.cpu_per_task == pytest.approx(0.35 / 3)
+
+
+def test_timed_run_without_a_waiting_figure():
+    with CPUWorkers(1, waiting=lambda ids: None) as pool:
+        run = pool.timed_run([noop, noop])
+    assert run.waited is None and run.tasks == 2 and len(run.cpu) == 1
+
+
+def test_core_wait_reads_the_scheduler_where_it_can():
+    me = threading.get_native_id()
+    if sys.platform.startswith("linux"):
+        assert core_wait([me]) >= 0.0
+        assert core_wait([me, 2**22 + 12345]) is None  # no such thread: unknown
+    with mock.patch.object(sys, "platform", "darwin"):
+        assert core_wait([me]) is None
+    with pytest.raises(TypeError, match="native_ids"):
+        core_wait(["me"])
+
+
+# --- speed claims on a busy machine ---------------------------------------------------------------
+
+def quiet_run(wall, cpu=None, tasks=2, workers=1):
+    """A run during which no thread waited for a core."""
+    cpu = cpu if cpu is not None else (wall * 0.98,) * workers
+    return WorkerRun(wall, tuple(cpu), tasks, waited=0.0)
+
+
+def busy_run(wall, tasks=2, workers=1):
+    """A run during which our threads waited for a core half of the time."""
+    return WorkerRun(wall, (wall / 2,) * workers, tasks, waited=wall / 2)
+
+
+def test_a_run_is_quiet_when_our_threads_hardly_waited_for_a_core():
+    assert WorkerRun(0.010, (0.010,), 2, waited=0.0).quiet()
+    floor = timing.QUIET_FLOOR * 2 + timing.QUIET_SHARE * 0.010  # caller and one worker
+    assert WorkerRun(0.010, (0.010,), 2, waited=floor * 0.99).quiet()
+    assert not WorkerRun(0.010, (0.010,), 2, waited=floor * 1.01).quiet()
+    # where the OS does not say: every worker must have computed nearly all the time
+    assert WorkerRun(0.010, (0.0099, 0.0097), 2, waited=None).quiet()
+    assert not WorkerRun(0.010, (0.0099, 0.0060), 2, waited=None).quiet()
+    assert WorkerRun(0.010, (0.0099, 0.0060), 2, waited=None).share == pytest.approx(0.6)
+
+
+def test_until_quiet_interleaves_and_stops_once_every_setup_has_enough_quiet_runs():
+    clock = FakeGPUs(0)
+    calls: list[str] = []
+    script = {"one": [busy_run(0.02), quiet_run(0.02), quiet_run(0.02), quiet_run(0.02), quiet_run(0.02)],
+              "two": [busy_run(0.01), busy_run(0.01), quiet_run(0.01), quiet_run(0.01), quiet_run(0.01)]}
+
+    def setup(name):
+        def run():
+            calls.append(name)
+            clock.host(0.01)
+            return script[name].pop(0)
+        return run
+
+    runs = until_quiet({"one": setup("one"), "two": setup("two")}, want=2, budget=10.0, warmup=1,
+                       clock=clock.clock)
+    assert calls == ["one", "two"] * 4  # a warm-up round (not kept), then rounds until both have 2 quiet runs
+    assert [r.quiet() for r in runs["one"]] == [True, True, True]
+    assert [r.quiet() for r in runs["two"]] == [False, True, True]
+
+
+def test_until_quiet_gives_up_at_the_budget_of_virtual_time():
+    clock = FakeGPUs(0)
+
+    def busy():
+        clock.host(0.25)
+        return busy_run(0.25)
+
+    runs = until_quiet({"a": busy, "b": busy}, want=3, budget=2.0, warmup=0, clock=clock.clock)
+    assert len(runs["a"]) == len(runs["b"]) == 4  # 4 rounds of 2 × 0.25 s reach the 2 s budget
+    assert clock.clock() == pytest.approx(2.0)
+    assert len(until_quiet({"a": busy}, want=1, budget=100.0, warmup=0, max_rounds=5, clock=clock.clock)["a"]) == 5
+    assert len(until_quiet({"a": busy}, want=1, budget=0.0, warmup=0, clock=clock.clock)["a"]) == 1
+
+
+def test_until_quiet_wants_worker_runs():
+    with pytest.raises(TypeError, match=r"setups\['a'\] must return a WorkerRun"):
+        until_quiet({"a": lambda: 0.5}, warmup=0)
+
+
+def test_judge_speedup_shown_on_quiet_runs_only():
+    one = [quiet_run(0.020), busy_run(0.012)]  # the busy run is ignored although it is the fastest
+    two = [quiet_run(0.011, workers=2), quiet_run(0.0105, workers=2)]
+    verdict = judge_speedup(one, two, claim="two workers halve the time", at_least=1.6)
+    assert verdict.holds is True and verdict.speedup == pytest.approx(0.020 / 0.0105)
+    assert str(verdict).startswith("✓ shown: two workers halve the time. Measured 1.90×")
+
+
+def test_judge_speedup_cannot_check_on_a_busy_machine():
+    verdict = judge_speedup([quiet_run(0.02), busy_run(0.02)], [busy_run(0.01, workers=2)] * 3,
+                            claim="halves", at_least=1.6)
+    assert verdict.holds is None and verdict.speedup is None
+    assert "too busy" in verdict.reason and "1 of 2 runs with one worker and 0 of 3 with two" in verdict.reason
+    assert str(verdict).startswith("? not checked")
+
+
+def test_judge_speedup_refuted_by_quiet_runs():
+    one = [quiet_run(0.020, cpu=(0.0198,))]
+    two = [quiet_run(0.020, cpu=(0.0198,), workers=1)]  # the "two workers" ran both tasks on one thread
+    verdict = judge_speedup(one, two, claim="halves", at_least=1.6)
+    assert verdict.holds is False and "less than 1.6×" in verdict.reason
+    assert str(verdict).startswith("✗ NOT TRUE here")
+    assert judge_speedup(one, [quiet_run(0.005, workers=2)], claim="c", at_most=2.5).holds is False
+
+
+def test_judge_speedup_does_not_blame_the_claim_for_cores_that_share_hardware():
+    one = [quiet_run(0.020, cpu=(0.020,))]
+    two = [quiet_run(0.016, cpu=(0.016, 0.016), workers=2)]  # each task needs 1.6× the CPU time side by side
+    verdict = judge_speedup(one, two, claim="halves", at_least=1.6)
+    assert verdict.holds is None and "share hardware" in verdict.reason and "1.60×" in verdict.reason
+
+
+def test_judge_speedup_does_not_blame_the_claim_for_a_blocked_or_robbed_worker():
+    one = [quiet_run(0.020, cpu=(0.020,))]
+    two = [WorkerRun(0.018, (0.010, 0.005), 2, waited=0.0)]  # no wait for a core, yet a worker computed 28 %
+    verdict = judge_speedup(one, two, claim="halves", at_least=1.6)
+    assert verdict.holds is None and "steal time" in verdict.reason and "28%" in verdict.reason
+
+
+def test_judge_speedup_upper_bound():
+    one, two = [quiet_run(0.010)], [quiet_run(0.009, workers=2)]
+    assert judge_speedup(one, two, claim="tiny tasks gain little", at_most=1.5).holds is True
 
 
 # --- bad input ------------------------------------------------------------------------------------
@@ -417,13 +626,16 @@ def noop():
         (lambda: measure(noop, devices="cpu", min_run_time=0), ValueError, "min_run_time"),
         (lambda: measure(noop, devices="cpu", min_run_time="1"), TypeError, "min_run_time"),
         (lambda: measure(noop, devices="cpu", label=3), TypeError, "label"),
+        (lambda: measure(noop, devices="cpu", timer=0.5), TypeError, "timer"),
         (lambda: synchronize(None), TypeError, "devices"),
         (lambda: synchronize("cuda:x"), ValueError, "devices"),
         (lambda: compare({}), TypeError, "candidates"),
         (lambda: compare([noop]), TypeError, "candidates"),
         (lambda: compare({1: noop}), TypeError, "candidates"),
         (lambda: compare({"a": 5}, devices="cpu"), TypeError, "candidates"),
+        (lambda: compare({"a": noop}, devices="cpu", timer="clock"), TypeError, "timer"),
         (lambda: timing.benchmark_timer(noop, devices="cpu", num_threads=-1), ValueError, "num_threads"),
+        (lambda: timing.benchmark_timer(noop, devices="cpu", timer=None), TypeError, "timer"),
         (lambda: run_on_cpu_workers([], 1), TypeError, "tasks"),
         (lambda: run_on_cpu_workers(noop, 1), TypeError, "tasks"),
         (lambda: run_on_cpu_workers([noop, 3], 1), TypeError, r"tasks\[1\]"),
@@ -432,10 +644,29 @@ def noop():
         (lambda: run_on_cpu_workers([noop], 2), ValueError, "workers"),
         (lambda: CPUWorkers(0), ValueError, "workers"),
         (lambda: CPUWorkers("2"), TypeError, "workers"),
-        (lambda: CPUWorkers(1).run([]), TypeError, "tasks"),
-        (lambda: CPUWorkers(1).run([noop, None]), TypeError, r"tasks\[1\]"),
+        (lambda: CPUWorkers(1, threads_per_worker=0), ValueError, "threads_per_worker"),
+        (lambda: CPUWorkers(1, clock=1.0), TypeError, "clock"),
+        (lambda: CPUWorkers(1, cpu_clock=None), TypeError, "cpu_clock"),
+        (lambda: CPUWorkers(1, waiting="proc"), TypeError, "waiting"),
         (lambda: format_seconds(-1.0), ValueError, "seconds"),
         (lambda: format_seconds("1"), TypeError, "seconds"),
+        (lambda: format_seconds(float("inf")), ValueError, "seconds"),
+        (lambda: WorkerRun(-1.0, (0.1,), 1, None), ValueError, "wall"),
+        (lambda: WorkerRun(0.1, (), 1, None), ValueError, "cpu"),
+        (lambda: WorkerRun(0.1, (0.1,), 0, None), ValueError, "tasks"),
+        (lambda: WorkerRun(0.1, (0.1,), 1, "none"), TypeError, "waited"),
+        (lambda: until_quiet({}), TypeError, "setups"),
+        (lambda: until_quiet({"a": 1}), TypeError, "setups"),
+        (lambda: until_quiet({"a": noop}, want=0), ValueError, "want"),
+        (lambda: until_quiet({"a": noop}, budget=-1), ValueError, "budget"),
+        (lambda: until_quiet({"a": noop}, warmup=-1), ValueError, "warmup"),
+        (lambda: until_quiet({"a": noop}, max_rounds=0), ValueError, "max_rounds"),
+        (lambda: until_quiet({"a": noop}, clock=3), TypeError, "clock"),
+        (lambda: judge_speedup([], [quiet_run(1.0)], claim="c", at_least=1.5), TypeError, "one"),
+        (lambda: judge_speedup([quiet_run(1.0)], [1.0], claim="c", at_least=1.5), TypeError, "two"),
+        (lambda: judge_speedup([quiet_run(1.0)], [quiet_run(1.0)], claim="", at_least=1.5), ValueError, "claim"),
+        (lambda: judge_speedup([quiet_run(1.0)], [quiet_run(1.0)], claim="c"), ValueError, "at_least"),
+        (lambda: judge_speedup([quiet_run(1.0)], [quiet_run(1.0)], claim="c", at_most="2"), TypeError, "at_most"),
     ],
 )
 def test_bad_input_names_the_argument(call, error, name):

@@ -1,216 +1,394 @@
 """Checks for chapter 08 · Timing on several devices.
 
-Exercise 1 runs your timing function against two *simulated* GPUs, so it works on any machine: while
-the check runs, ``torch.cuda.synchronize`` (and ``torch.accelerator.synchronize``) wait for a fake
-device's queue, and the "kernels" are sleeps on a background thread per device, finishing after the
-launching call has returned, exactly as real GPU work does.
+Exercise 1 runs the learner's timing function on simulated GPUs (``utils.fake_gpus``: work launched on
+a fake device finishes later on a virtual clock, and ``torch.cuda.synchronize`` /
+``torch.accelerator.synchronize`` wait for it), so it works on any machine and cannot be fooled or
+failed by the speed of the machine. Every device of the claim is tried in every role: the one whose
+work must be waited for after ``fn``, and the one whose earlier work must not be billed to ``fn``.
+Exercise 2 is a benchmark report to judge row by row. Exercise 3 runs the learner's function under
+``utils.timing.HostReads``, which notes every call that needs tensor values on the host (and so, on a
+GPU, waits for the device); on a CUDA ``device`` the check also runs it under
+``torch.cuda.set_sync_debug_mode("error")``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
+from torch.overrides import TorchFunctionMode
 
-from utils.checks import exercise, expect
+from utils.checks import exercise, expect, learner_code
+from utils.fake_gpus import FakeGPUs, fake_gpus
+from utils.timing import HostReads
 
-__all__ = ["REASONS", "REPORT", "check_fixed_timer", "check_which_number"]
+__all__ = ["REASONS", "REPORT", "check_fixed_timer", "check_masked_mean", "check_report"]
+
+CPU = torch.device("cpu")
 
 
 # --- Exercise 1 · fix this timing code ------------------------------------------------------------
 
-class _SimulatedGPUs:
-    """Two fake CUDA devices: one FIFO queue of work each, like the default stream of a real GPU."""
-
-    def __init__(self, count: int = 2) -> None:
-        self.count = count
-        self.queues = [ThreadPoolExecutor(max_workers=1) for _ in range(count)]
-        self.pending: list[list[Future]] = [[] for _ in range(count)]
-        self.synced: list[int] = []
-
-    def launch(self, index: int, seconds: float) -> None:
-        """Queue ``seconds`` of work on device ``index`` and return at once."""
-        self.pending[index].append(self.queues[index].submit(time.sleep, seconds))
-
-    def _index(self, device: object) -> int:
-        if device is None:
-            return 0  # the current device
-        if isinstance(device, int) and not isinstance(device, bool):
-            index = device
-        else:
-            dev = torch.device(device)  # type: ignore[arg-type]
-            if dev.type != "cuda":
-                raise ValueError(f"Expected a cuda device, but got: {dev}")
-            index = 0 if dev.index is None else dev.index
-        if not 0 <= index < self.count:
-            raise RuntimeError(f"invalid device ordinal {index}")
-        return index
-
-    def synchronize(self, device: object = None) -> None:
-        index = self._index(device)
-        self.synced.append(index)
-        for job in self.pending[index]:
-            job.result()
-        self.pending[index] = []
-
-    def drain(self) -> None:
-        for index in range(self.count):
-            for job in self.pending[index]:
-                job.result()
-            self.pending[index] = []
-
-    def close(self) -> None:
-        self.drain()
-        for queue in self.queues:
-            queue.shutdown(wait=True)
+def _cuda(i: int) -> torch.device:
+    return torch.device("cuda", i)
 
 
-@contextlib.contextmanager
-def _simulated_gpus() -> Iterator[_SimulatedGPUs]:
-    gpus = _SimulatedGPUs()
-    patches = {
-        (torch.cuda, "synchronize"): gpus.synchronize,
-        (torch.accelerator, "synchronize"): gpus.synchronize,
-        (torch.cuda, "current_device"): lambda: 0,
-        (torch.cuda, "device_count"): lambda: gpus.count,
-        (torch.cuda, "is_available"): lambda: True,
-    }
-    saved = {key: getattr(*key) for key in patches}
-    try:
-        for (module, name), fake in patches.items():
-            setattr(module, name, fake)
-        yield gpus
-    finally:
-        for (module, name), original in saved.items():
-            setattr(module, name, original)
-        gpus.close()
+def _names(devices) -> str:
+    return ", ".join(str(d) for d in devices) or "no device"
 
 
-CUDA0, CUDA1, CPU = torch.device("cuda", 0), torch.device("cuda", 1), torch.device("cpu")
+class _Step:
+    """The ``fn`` handed to the learner: a little host time, then work launched on fake devices.
+
+    ``work`` maps a device index to the seconds launched there on every call; ``first_call`` is extra
+    host time on the first call only (a one-time cost). Each call notes how many synchronisations had
+    happened when it started, so the check can tell which devices were waited for after it.
+    """
+
+    def __init__(self, gpus: FakeGPUs, work: dict[int, float], first_call: float = 0.0, host: float = 1e-4) -> None:
+        self.gpus, self.work, self.first_call = gpus, work, first_call
+        self.host = host  # seconds of Python per call: launching is quick, but not free
+        self.calls = 0
+        self.synced_at_start: list[int] = []
+
+    def __call__(self) -> None:
+        self.calls += 1
+        self.synced_at_start.append(len(self.gpus.synced))
+        self.gpus.host(self.host + (self.first_call if self.calls == 1 else 0.0))
+        for index, seconds in self.work.items():
+            self.gpus.launch(index, seconds)
+
+    @property
+    def one_call(self) -> float:
+        """What a steady-state call takes: its host time, then the longest queue of work."""
+        return self.host + max(self.work.values(), default=0.0)
 
 
-def _seconds(result: object) -> float:
+class _Clock:
+    """The simulated clock handed to the learner; notes, at each reading, how many calls of fn and how
+    many synchronisations had happened, so the check can tell what the timed window held."""
+
+    def __init__(self, gpus: FakeGPUs, step: _Step) -> None:
+        self.gpus, self.step = gpus, step
+        self.reads: list[tuple[int, int]] = []  # (calls of fn so far, synchronisations so far)
+
+    def __call__(self) -> float:
+        self.reads.append((self.step.calls, len(self.gpus.synced)))
+        return self.gpus.clock()
+
+    def window(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        """The readings that most likely start and stop the returned time: the last two."""
+        return self.reads[-2], self.reads[-1]
+
+    def synced_after_last_call(self) -> list[torch.device]:
+        """Devices waited for between the start of the last timed call and the clock's stop reading."""
+        (_, _), (calls, synced) = self.window()
+        return self.gpus.synced[self.step.synced_at_start[calls - 1]:synced] if calls else []
+
+    def synced_before_start(self) -> list[torch.device] | None:
+        """Devices waited for between the last call before the clock started and that reading (None: no call)."""
+        (calls, synced), _ = self.window()
+        return self.gpus.synced[self.step.synced_at_start[calls - 1]:synced] if calls else None
+
+    def timed_calls(self) -> int:
+        (before, _), (after, _) = self.window()
+        return after - before
+
+
+def _time_it(answer, gpus: FakeGPUs, step: _Step, devices: list[torch.device], what: str) -> tuple[float, _Clock]:
+    clock = _Clock(gpus, step)
+    with learner_code(f"calling time_on_devices(fn, {what}, clock)",
+                      "torch.cuda.synchronize(d) accepts CUDA devices only: skip the CPU, whose work is "
+                      "finished when the call that issued it returns"):
+        result = answer(step, devices, clock)
     expect(
-        isinstance(result, int | float) and not isinstance(result, bool) and math.isfinite(result),
-        f"time_on_devices must return the elapsed seconds as a float, got {type(result).__name__}",
+        isinstance(result, int | float) and not isinstance(result, bool),
+        f"time_on_devices must return the seconds as a number, got {type(result).__name__}"
+        + (" (a Timing: return its .median)" if type(result).__name__ == "Timing" else ""),
     )
-    return float(result)  # type: ignore[arg-type]
+    expect(math.isfinite(result), f"time_on_devices returned {result}: return a finite number of seconds")
+    expect(step.calls >= 1, "time_on_devices never called fn: call it, and time that call")
+    expect(
+        gpus.synced != [],
+        "it never waits for a device, so the clock measured how fast Python launched the work, not the work "
+        "itself. Synchronise every device in devices before reading the clock.",
+    )
+    expect(
+        len(clock.reads) >= 2,
+        "it does not read the time with clock(): use the clock the function is given (start = clock(), ..., "
+        "clock() - start); the check runs it on simulated GPUs with a simulated clock.",
+    )
+    expect(
+        result < 300 * step.one_call,
+        f"{result:g} for a call that takes {step.one_call * 1e3:.1f} ms: return seconds, not milliseconds",
+    )
+    return float(result), clock
+
+
+def _too_short(clock: _Clock, slow: torch.device, result: float) -> str:
+    after = clock.synced_after_last_call()
+    took = f"fn's slowest work takes {clock.step.one_call * 1e3:.1f} ms (on {slow}), and the time returned is " \
+           f"{result * 1e3:.1f} ms"
+    if slow in after:
+        return f"{took}: start the clock before calling fn, and read it again after synchronising."
+    if slow in clock.gpus.synced[clock.window()[1][1]:]:
+        return f"{took}: read the clock after synchronising, not before."
+    if not after:
+        return (f"{took}: it does not wait after fn, so the clock stopped when the work was launched. "
+                "Synchronise every device after fn too, then read the clock.")
+    if set(after) == {_cuda(0)}:
+        return (f"{took}: after fn it waited for cuda:0 only. torch.cuda.synchronize() without an argument "
+                "waits for the current device (cuda:0) only: synchronise every device d in devices.")
+    return (f"{took}: after fn it waited for {_names(dict.fromkeys(after))} but not for {slow}. "
+            "Synchronise every device in devices, whatever their number and order.")
+
+
+def _too_long(clock: _Clock, devices: list[torch.device], result: float) -> str:
+    took = f"fn takes {clock.step.one_call * 1e3:.1f} ms, and the time returned is {result * 1e3:.1f} ms"
+    before = clock.synced_before_start()
+    if before is not None and not set(before) >= {d for d in devices if d.type != "cpu"}:
+        return (f"{took}: the work of the call before (a warm-up) was still queued when the clock started. "
+                "Synchronise every device before starting the clock.")
+    if clock.timed_calls() > 1:
+        return f"{took}: return the time of one call (divide by the number of calls you timed)."
+    return f"{took}: time one call of fn, from a clock reading after synchronising to one after synchronising."
 
 
 @exercise("Exercise 1 · Fix this timing code")
-def check_fixed_timer(time_on_devices: Callable[[Callable[[], object], list[torch.device]], float]) -> None:
-    """``time_on_devices(fn, devices)`` returns the seconds one call of ``fn`` takes on ``devices``."""
-    with _simulated_gpus() as gpus:
-        # 1. Uneven work: 2 ms on cuda:0, 60 ms on cuda:1; the call itself returns at once.
-        def step() -> None:
-            gpus.launch(0, 0.002)
-            gpus.launch(1, 0.060)
-
-        took = _seconds(time_on_devices(step, [CUDA0, CUDA1]))
-        waited_for = set(gpus.synced)
-        gpus.drain()
+def check_fixed_timer(time_on_devices: Callable[..., float]) -> None:
+    """``time_on_devices(fn, devices, clock)`` returns the seconds one steady-state call of ``fn`` takes."""
+    order = [_cuda(2), _cuda(0), _cuda(1)]
+    # 1. Every device in the role of the one with the long work: it must be waited for after fn.
+    for k in range(3):
+        with fake_gpus(3) as gpus:
+            step = _Step(gpus, {i: 0.060 if i == k else 0.002 for i in range(3)})
+            result, clock = _time_it(time_on_devices, gpus, step, order, "[cuda:2, cuda:0, cuda:1]")
+            expect(result >= 0.9 * step.one_call, _too_short(clock, _cuda(k), result))
+            expect(result <= 1.1 * step.one_call, _too_long(clock, order, result))
+    # 2. Every device in the role of the one with earlier work: it must be waited for before the clock starts.
+    for k in range(3):
+        with fake_gpus(3) as gpus:
+            gpus.launch(k, 0.200)  # queued before time_on_devices is called
+            step = _Step(gpus, {(k + 1) % 3: 0.010})
+            result, clock = _time_it(time_on_devices, gpus, step, [_cuda(0), _cuda(1), _cuda(2)],
+                                     "[cuda:0, cuda:1, cuda:2]")
+            expect(result >= 0.9 * step.one_call, _too_short(clock, _cuda((k + 1) % 3), result))
+            bare = " (a bare torch.cuda.synchronize() waits for cuda:0 only)" if k else ""
+            expect(
+                result <= 1.1 * step.one_call,
+                f"fn takes {step.one_call * 1e3:.1f} ms, and the time returned is {result * 1e3:.1f} ms: 200 ms of "
+                f"work queued on cuda:{k} before the call were billed to fn. Synchronise every device in devices "
+                f"before starting the clock{bare}.",
+            )
+    # 3. The first call pays a one-time cost (think: CUDA context, cuBLAS handle) that is not fn's time.
+    with fake_gpus(3) as gpus:
+        step = _Step(gpus, {0: 0.010}, first_call=0.5)
+        result, _ = _time_it(time_on_devices, gpus, step, [_cuda(0)], "[cuda:0]")
         expect(
-            waited_for != set(),
-            "it never synchronised, so the clock measured the launch, not the work. Synchronise before "
-            "reading the clock.",
+            result <= 1.1 * step.one_call,
+            f"fn's first call pays a one-time cost of 500 ms, later calls take {step.one_call * 1e3:.1f} ms, and "
+            f"the time returned is {result * 1e3:.1f} ms: it includes the warm-up. Call fn once before starting "
+            "the clock, and do not time that call.",
         )
-        expect(
-            took >= 0.055,
-            "cuda:1 had 60 ms of work, and the time returned is shorter. torch.cuda.synchronize() without an "
-            "argument waits for the current device (cuda:0) only: call torch.cuda.synchronize(d) for every "
-            "CUDA device d in devices.",
-        )
-        expect(took < 0.5, "far too long for 60 ms of work: return seconds, not milliseconds")
-
-        # 2. Work queued *before* the measurement must not be billed to fn.
-        gpus.synced.clear()
-        gpus.launch(1, 0.100)
-        took = _seconds(time_on_devices(lambda: gpus.launch(1, 0.010), [CUDA0, CUDA1]))
-        gpus.drain()
-        expect(
-            took < 0.080,
-            "fn queues 10 ms of work, but the time returned is far longer: 100 ms of earlier work was still "
-            "queued on cuda:1 and got billed to fn. Synchronise every device before starting the clock too.",
-        )
-        expect(took >= 0.009, "the time returned is shorter than the 10 ms of work fn queued: wait for it to finish")
-
-        # 3. The CPU is among the devices: there is nothing to wait for, and CUDA cannot be asked to.
-        try:
-            took = _seconds(time_on_devices(lambda: gpus.launch(1, 0.020), [CPU, CUDA1]))
-        except (ValueError, RuntimeError, AssertionError) as err:
-            expect(False, f"with devices=[cpu, cuda:1] it raised {type(err).__name__}: {err}. CPU work is finished "
-                          "when the call returns: skip devices whose type is not 'cuda'.")
-        gpus.drain()
-        expect(took >= 0.018, "with devices=[cpu, cuda:1] the time returned is shorter than the 20 ms of work "
-                              "fn queued on cuda:1")
+    # 4. The CPU among the devices: nothing to wait for, and CUDA must not be asked to.
+    with fake_gpus(3) as gpus:
+        step = _Step(gpus, {1: 0.020})
+        result, clock = _time_it(time_on_devices, gpus, step, [CPU, _cuda(1)], "[cpu, cuda:1]")
+        expect(result >= 0.9 * step.one_call, _too_short(clock, _cuda(1), result))
+    # 5. A machine without a GPU, and CPU work only: no CUDA call at all.
+    with fake_gpus(0) as gpus:
+        step = _Step(gpus, {}, host=0.003)  # CPU work only: done when fn returns
+        clock = _Clock(gpus, step)
+        with learner_code("calling time_on_devices(fn, [cpu], clock) on a machine without a GPU",
+                          "with devices=[cpu] there is nothing to synchronise: call torch.cuda.synchronize only "
+                          "for CUDA devices (a machine without a GPU has none to wait for)"):
+            result = time_on_devices(step, [CPU], clock)
+        expect(isinstance(result, int | float) and abs(result - 0.003) < 3e-4,
+               f"fn spends 3 ms on the CPU, and with devices=[cpu] the time returned is {result!r}: read the clock "
+               "just before calling fn and again after it")
 
 
-# --- Exercise 2 · which number is wrong, and why ---------------------------------------------------
+# --- Exercise 2 · which rows can you trust? --------------------------------------------------------
 
-#: A benchmark report from a machine with two GPUs. One "step" is four equal chunks of matrix products,
-#: 10 ms each on one of these GPUs. Each row: what was measured → milliseconds.
+#: A benchmark report from a machine with two identical GPUs. One step is four equal chunks of matrix
+#: products, 10 ms each on either GPU. Each row: how it was measured → milliseconds.
 REPORT: dict[str, tuple[str, float]] = {
-    "A": ("first call ever, all 4 chunks on cuda:0, synchronised", 412.0),
-    "B": ("all 4 chunks on cuda:0, time.perf_counter() around the launches, no synchronisation", 0.21),
-    "C": ("all 4 chunks on cuda:0, median of 20 synchronised runs after warm-up", 40.3),
-    "D": ("1 chunk on cuda:0 and 3 chunks on cuda:1, one torch.cuda.synchronize() at the end", 10.2),
-    "E": ("2 chunks on cuda:0 and 2 on cuda:1, each device synchronised, median after warm-up", 20.4),
+    "A": ("first call ever, 4 chunks on cuda:0, each device synchronised before and after", 412.0),
+    "B": ("4 chunks on cuda:0, time.perf_counter() around the launches, no synchronisation", 0.21),
+    "C": ("4 chunks on cuda:0, each device synchronised before and after, median of 20 after warm-up", 40.3),
+    "D": ("1 chunk on cuda:0 and 3 on cuda:1, torch.cuda.synchronize() before and after, median of 20 "
+          "after warm-up", 10.2),
+    "E": ("2 chunks on each GPU, each device synchronised before and after, median of 20 after warm-up", 20.4),
+    "F": ("2 chunks on each GPU, one run right after a 50 ms copy to cuda:1 was queued, each device "
+          "synchronised after but not before", 70.5),
 }
 
-#: The possible explanations, by key.
+#: What can be said of a row, by key.
 REASONS: dict[str, str] = {
-    "launch": "it never waits for the GPU, so it measures the kernel launches, not the work",
+    "ok": "a steady-state time of one step: use it",
+    "launch": "it never waits for the GPUs, so it measures the kernel launches, not the work",
     "current-device": "it waits for the current device only, so the other GPU's work is not counted",
     "warm-up": "it includes one-time start-up costs (CUDA context, cuBLAS handles, memory pool)",
-    "impossible-speed-up": "two GPUs cannot be more than twice as fast as one",
+    "earlier-work": "it starts the clock while earlier work is still queued, and bills that work to the step",
+}
+
+_EXPECTED = {"A": "warm-up", "B": "launch", "C": "ok", "D": "current-device", "E": "ok", "F": "earlier-work"}
+
+_HINTS = {
+    ("A", "ok"): "A is the first call ever: a steady-state step does not pay for creating the CUDA context and "
+                 "cuBLAS handles again.",
+    ("A", None): "A waited for both devices, and its label says what makes it slow: the first call ever.",
+    ("B", "ok"): "B never synchronised: 0.21 ms is how long Python took to launch the work.",
+    ("B", None): "B's label says no synchronisation: what does a stopwatch around launches measure?",
+    ("C", None): "C follows every rule: 4 chunks of 10 ms on one GPU take 40 ms.",
+    ("D", "ok"): "D reports 10 ms although cuda:1 had 3 chunks, 30 ms of work, and E with 2 + 2 chunks takes 20 ms. "
+                 "Which device does torch.cuda.synchronize() without an argument wait for?",
+    ("D", "launch"): "D did wait for something: 10 ms is one chunk of work, fifty times the launches of B.",
+    ("D", "warm-up"): "a one-time cost would make D larger, not smaller, and D was measured after warm-up.",
+    ("D", "earlier-work"): "earlier work would make D larger, not smaller than what its GPUs had to do.",
+    ("E", None): "E is consistent: two chunks on each GPU, both working at once, take 20 ms.",
+    ("F", "ok"): "F took 70 ms for 20 ms of work per GPU: what was still queued on cuda:1 when the clock started?",
+    ("F", None): "F synchronised each device after the step, so nothing was missed at the end: the extra 50 ms "
+                 "come from before it.",
 }
 
 
-@exercise("Exercise 2 · Which number is wrong, and why")
-def check_which_number(answer: Callable[[], tuple[str, str, float]]) -> None:
-    """``answer()`` returns ``(row, reason, should_be_ms)``: the row whose number does not measure what
-    its label says, the key in ``REASONS`` that explains it, and the milliseconds it should show."""
-    result = answer()
+@exercise("Exercise 2 · Which rows can you trust?")
+def check_report(answer: Callable[[], tuple[dict[str, str], float]]) -> None:
+    """``answer()`` returns ``(verdicts, should_be_ms)``: a key of ``REASONS`` for every row of ``REPORT``,
+    and the milliseconds that the row which reports less than its step takes should show."""
+    with learner_code("calling your answer()"):
+        result = answer()
     expect(
-        isinstance(result, tuple) and len(result) == 3,
-        "return a tuple (row, reason, should_be_ms), e.g. ('B', 'launch', 12.0)",
+        isinstance(result, tuple) and len(result) == 2,
+        "return a tuple (verdicts, should_be_ms), e.g. ({'A': 'warm-up', 'B': ..., ...}, 12.0)",
     )
-    row, reason, should_be = result
-    expect(row in REPORT, f"row must be one of {sorted(REPORT)}, got {row!r}")
-    expect(reason in REASONS, f"reason must be one of {sorted(REASONS)}, got {reason!r}")
-    expect(
-        row != "A",
-        "A is large, but its label says *first call ever*: start-up costs are exactly what it measures. "
-        "Look for a number smaller than what its label promises.",
-    )
-    expect(row != "B", "B's label says *no synchronisation*: 0.2 ms of launches is what it claims to measure.")
-    expect(
-        row not in ("C", "E"),
-        f"{row} is consistent: 4 chunks of 10 ms take 40 ms on one GPU, and 2 + 2 chunks on two GPUs 20 ms.",
-    )
-    expect(
-        reason != "launch",
-        "D is 50 times the launch time of row B, so it did wait for something. For what, and for what not?",
-    )
-    expect(
-        reason != "impossible-speed-up",
-        "that is how you can tell D is wrong (C / D is about 4 from two GPUs), but it is the symptom, not the "
-        "cause: which devices does a bare torch.cuda.synchronize() wait for?",
-    )
-    expect(
-        reason == "current-device",
-        f"{REASONS[reason]!r} does not explain D: a one-time cost would make it larger, not smaller.",
-    )
+    verdicts, should_be = result
+    expect(isinstance(verdicts, dict), f"verdicts must be a dict from row to reason, got {type(verdicts).__name__}")
+    expect(set(verdicts) == set(REPORT), f"give a verdict for every row {sorted(REPORT)}, got {sorted(verdicts)}")
+    for row in REPORT:
+        reason = verdicts[row]
+        expect(reason in REASONS, f"row {row}: {reason!r} is not one of the REASONS {sorted(REASONS)}")
+        if reason != _EXPECTED[row]:
+            expect(False, f"row {row}: " + _HINTS.get((row, reason), _HINTS.get((row, None), "look again.")))
     expect(
         isinstance(should_be, int | float) and not isinstance(should_be, bool),
         f"should_be_ms must be a number of milliseconds, got {type(should_be).__name__}",
     )
     expect(
         27.0 <= should_be <= 34.0,
-        f"{should_be} ms is not what D should show: both GPUs work at the same time, so the step ends when "
-        "the busier one finishes. How long does cuda:1 need for its chunks?",
+        f"{should_be} ms is not what D should show: both GPUs work at the same time, so the step ends when the "
+        "busier one finishes. How long does cuda:1 need for its chunks?",
     )
+
+
+# --- Exercise 3 · a masked mean without a hidden synchronisation ------------------------------------
+
+_X = torch.tensor([[1.0, -2.0, 3.0, 0.5, 4.0],
+                   [2.0, 2.0, -1.0, 5.0, 1.5],
+                   [-3.0, 1.0, 1.0, 2.0, -0.5],
+                   [0.25, 8.0, -4.0, 1.0, 2.0]])
+_MASK = torch.tensor([[True, False, True, False, False],    # two entries
+                      [False, False, False, False, False],  # none: the mean is 0
+                      [True, True, True, True, True],       # all
+                      [False, True, False, False, False]])  # one
+
+
+def _reference(x: torch.Tensor, mask: torch.Tensor) -> list[float]:
+    rows = []
+    for values, keep in zip(x.tolist(), mask.tolist(), strict=True):
+        chosen = [v for v, k in zip(values, keep, strict=True) if k]
+        rows.append(sum(chosen) / len(chosen) if chosen else 0.0)
+    return rows
+
+
+@contextlib.contextmanager
+def _sync_errors(device: torch.device) -> Iterator[None]:
+    """On a CUDA device: an operation that synchronises with the host raises instead of waiting."""
+    if device.type != "cuda":
+        yield
+        return
+    before = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode(before)
+
+
+_NEEDS_HOST = (
+    "needs the values on the host. On a GPU the host then waits for the device: a hidden synchronisation. "
+    "Keep every shape fixed and every value on the device: torch.where(mask, x, 0) or x * mask, then sums."
+)
+
+
+@exercise("Exercise 3 · A masked mean without a hidden synchronisation")
+def check_masked_mean(masked_mean: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                      device: torch.device | str = CPU) -> None:
+    """``masked_mean(x, mask)``: per row of ``x`` (batch, n), the mean of the entries where ``mask`` is True
+    (0 for a row without any), on ``x``'s device, with no operation that needs the values on the host."""
+    device = torch.device(device)
+    x, mask = _X.clone().to(device), _MASK.clone().to(device)
+    with learner_code("calling masked_mean(x, mask) on a (4, 5) batch"), _sync_errors(device):
+        try:
+            out = masked_mean(x, mask)
+        except RuntimeError as err:
+            if device.type == "cuda" and "synchroniz" in str(err):
+                expect(False, f"on {device} it synchronised with the host: it {_NEEDS_HOST}")
+            raise
+    expect(isinstance(out, torch.Tensor), f"return a tensor, got {type(out).__name__}")
+    expect(torch.equal(x.cpu(), _X) and torch.equal(mask.cpu(), _MASK),
+           "masked_mean changed its input in place: compute a new tensor (masked_fill, not masked_fill_)")
+    expect(out.device == x.device, f"the result is on {out.device}, the input on {x.device}: keep it on x's device")
+    expect(
+        out.shape == (4,),
+        f"x has shape (4, 5) and the result {tuple(out.shape)}: one mean per row (reduce over the last dim only)",
+    )
+    expect(out.is_floating_point(), f"the means must be floating point, got {out.dtype}")
+    got, want = out.detach().cpu().tolist(), _reference(_X, _MASK)
+    expect(
+        not math.isnan(got[1]),
+        "row 1 has no True entry and its mean came out nan (0 / 0): divide by the count clamped to at least 1, "
+        "or use torch.where, so such a row gives 0",
+    )
+    divided_by_n = (torch.where(_MASK, _X, 0.0).sum(-1) / _X.shape[-1]).tolist()
+    expect(
+        not all(math.isclose(g, d, abs_tol=1e-5) for g, d in zip(got, divided_by_n, strict=True)),
+        "it divides every row by its length (5): divide by the number of True entries in the row instead",
+    )
+    for row, (g, w) in enumerate(zip(got, want, strict=True)):
+        expect(math.isclose(g, w, abs_tol=1e-5), f"row {row} should have mean {w:g}, got {g:g}")
+    # What needs the values on the host (on a GPU, each such call waits for the device), and tensors made
+    # on the default device instead of x's (on a CPU-only machine both are the CPU; on a GPU they are not).
+    with learner_code("calling masked_mean(x, mask) again, watching what it asks of the host"), \
+            HostReads() as reads, _DefaultDeviceFactories() as made:
+        masked_mean(_X.clone(), _MASK.clone())
+    expect(not reads, f"it calls {', '.join(dict.fromkeys(reads))}, which {_NEEDS_HOST}")
+    expect(not made, f"it creates a tensor with {made[0] if made else ''} and no device=: that lands on the default "
+                     "device (the CPU), not on x's device. Pass device=x.device, or build it from x (torch.zeros_like, "
+                     "x.new_zeros)")
+
+
+class _DefaultDeviceFactories(TorchFunctionMode):
+    """Notes factory calls without ``device=`` that make a tensor of one or more dimensions."""
+
+    FACTORIES = frozenset({"zeros", "ones", "empty", "full", "arange", "linspace", "eye", "rand", "randn",
+                           "randint", "tensor", "as_tensor"})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made: list[str] = []
+
+    def __enter__(self) -> list[str]:  # type: ignore[override]
+        super().__enter__()
+        return self.made
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = getattr(func, "__name__", "")
+        if name in self.FACTORIES and kwargs.get("device") is None and isinstance(out, torch.Tensor) and out.dim():
+            self.made.append(f"torch.{name}")
+        return out
