@@ -308,8 +308,8 @@ atomic_write(sys.argv[1], write)
 """
 
 
-def killed_save(path: Path) -> None:
-    """Start a save to ``path`` in another process and SIGKILL it half-way through."""
+def killed_save(path: Path) -> int:
+    """Start a save to ``path`` in another process, SIGKILL it half-way through; return its process id."""
     import signal
     import subprocess
     import sys
@@ -321,14 +321,15 @@ def killed_save(path: Path) -> None:
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
         child.stdout.close()
+    return child.pid
 
 
 @pytest.mark.skipif(os.name != "posix", reason="SIGKILL and process ids as used here are POSIX")
 def test_next_save_removes_what_a_killed_save_left_and_only_that(tmp_path):
     target, other = tmp_path / "ckpt.pt", tmp_path / "other.pt"
     save_checkpoint({"epoch": 1}, target)
-    killed_save(target)
-    killed_save(other)
+    dead = killed_save(target)
+    (tmp_path / f".other.pt.{dead}-89abcdef.tmp").write_bytes(b"left by the same kind of kill")
     orphans = leftovers(tmp_path, {"ckpt.pt"})
     assert len(orphans) == 2 and all(name.endswith(".tmp") for name in orphans), orphans
     assert load_checkpoint(target) == {"epoch": 1}, "the kill must not touch the previous checkpoint"
