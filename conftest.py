@@ -27,10 +27,17 @@ keeps the other workers from slipping new tests in while it waits.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+
+# nbformat validates with jsonschema, whose optional IRI checker (rfc3987-syntax, pulled in by Jupyter)
+# compiles a grammar for over a second at import, in every worker. No notebook uses IRI formats: skip it.
+# nbval is loaded here, after this line, rather than as an auto-loaded plugin (`-p no:nbval` in addopts).
+sys.modules.setdefault("rfc3987_syntax", None)
+pytest_plugins = ["nbval.plugin"]
 
 try:
     import fcntl
