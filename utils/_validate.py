@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["check_bool", "check_int", "check_number", "check_path", "check_str"]
+__all__ = ["check_bool", "check_choice", "check_int", "check_number", "check_path", "check_str"]
 
 
 def _got(value: object) -> str:
@@ -64,3 +64,11 @@ def check_path(value: object, name: str) -> Path:
     if str(value) == "" or path.name == "":
         raise ValueError(f"{name} must name a file, got {value!r}")
     return path
+
+
+def check_choice(value: object, name: str, allowed: tuple[str, ...] | list[str]) -> str:
+    """Return ``value`` if it is one of the strings ``allowed``; else raise naming ``name`` and the choices."""
+    check_str(value, name, empty=True)
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {tuple(allowed)}, got {value!r}")
+    return value

@@ -46,6 +46,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from utils._validate import check_bool, check_int, check_str
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
@@ -89,8 +91,7 @@ def _check_shape(input_shape: object) -> tuple[int, ...]:
 
 
 def _check_dim(dim: object, ndim: int) -> int:
-    if isinstance(dim, bool) or not isinstance(dim, int):
-        raise TypeError(f"dim must be an int, got {type(dim).__name__}")
+    check_int(dim, "dim", low=-(2**63))
     if not -ndim <= dim < ndim:
         raise ValueError(f"dim must be in [{-ndim}, {ndim - 1}] for a {ndim}-D tensor, got {dim}")
     return dim % ndim
@@ -258,8 +259,7 @@ def draw_index_map(view: IndexMap, *, arrows: bool = False) -> Figure:
         raise TypeError(f"view must be an IndexMap (from explore), got {type(view).__name__}")
     if view.index.dim() not in (1, 2):
         raise ValueError(f"view must be 1-D or 2-D to be drawn, got {view.index.dim()}-D")
-    if not isinstance(arrows, bool):
-        raise TypeError(f"arrows must be a bool, got {type(arrows).__name__}")
+    check_bool(arrows, "arrows")
 
     cmap = plt.get_cmap("tab20")
     grey, clash = "#e6e6e6", "black"
@@ -349,8 +349,7 @@ def parse_index(text: str, ndim: int) -> torch.Tensor:
     ``ndim`` (1 or 2) is the number of dimensions wanted. Raises ValueError naming ``text`` when the
     text is not a rectangular grid of integers.
     """
-    if not isinstance(text, str):
-        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    check_str(text, "text", empty=True)
     if ndim not in (1, 2):
         raise ValueError(f"ndim must be 1 or 2, got {ndim!r}")
     lines = [line for line in text.replace(";", "\n").splitlines() if line.strip()]
@@ -513,8 +512,7 @@ def build_explorer(
     control's ``.value`` (or call ``.randomise.click()``) and the callback runs.
     """
     shape = _check_shape(input_shape)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    check_int(seed, "seed", low=-(2**63))
     if index is not None and not isinstance(index, torch.Tensor):
         raise TypeError(f"index must be a torch.Tensor or None, got {type(index).__name__}")
     _check_dim(dim, len(shape))

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from utils._validate import check_int
+from utils._validate import check_choice, check_int
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from matplotlib.axes import Axes
@@ -95,12 +95,7 @@ _STD_TICKS: tuple[float, ...] = tuple(10.0**k for k in range(-15, 16, 3))
 _SECOND_MOMENT_KEPT = {"relu": 0.5, "linear": 1.0}
 
 
-def _check_choice(value: object, name: str, allowed: Sequence[str]) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, got {type(value).__name__} {value!r}")
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {tuple(allowed)}, got {value!r}")
-    return value
+_check_choice = check_choice
 
 
 def weight_std(scheme: str, fan_in: int, fan_out: int, activation: str = "relu") -> float:
