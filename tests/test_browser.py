@@ -1,12 +1,16 @@
-"""A learner's view: JupyterLab in headless Chromium runs a chapter, and moving a widget redraws its figure.
+"""A learner's and a teacher's view: JupyterLab in headless Chromium runs a chapter, moving a widget redraws
+its figure, and RISE presents a chapter as a live slideshow.
 
-Needs Chromium (Debian/Ubuntu: `apt-get install chromium`) and the `playwright` package from
-requirements.txt (it drives the system's Chromium; it downloads no browser). Without them the test is
-skipped with that message, unless REQUIRE_BROWSER=1 (set by CI), which turns the skip into a failure.
+Both tests share one JupyterLab server and one Chromium (module-scoped fixtures; the module is one xdist
+group, so both run on the same worker). Needs Chromium (Debian/Ubuntu: `apt-get install chromium`) and the
+`playwright` package from requirements.txt (it drives the system's Chromium; it downloads no browser).
+Without them the tests are skipped with that message, unless REQUIRE_BROWSER=1 (set by CI), which turns
+the skip into a failure. tests/test_slides.py uses the same Chromium for the exported decks.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -15,12 +19,17 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
+from urllib.parse import urlparse
 
+import nbformat
 import pytest
 
 from tools import course
 
-CHAPTER = course.BY_NUMBER["02"]  # the init explorer: a slider and dropdowns redrawing a figure
+pytestmark = pytest.mark.xdist_group("browser")
+
+CHAPTER = course.BY_NUMBER["02"]  # the init explorer (a slider and dropdowns redrawing a figure), and formulas
 # The explorer's figure: an ipywidgets Image (or an image inside an Output widget).
 IMAGE = "img.widget-image, .widget-output img"
 FIGURE = ".jp-CodeCell img.widget-image, .jp-CodeCell .widget-output img"
@@ -28,9 +37,24 @@ CHROMIUM_FLAGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
     "--disable-background-networking", "--disable-component-update",
 ]
+#: Images in the notebooks' generated navigation header: content, fetched by JupyterLab's own view of
+#: the notebook wherever it is opened (a lecture without network shows their alt text instead).
+BADGES = ("colab.research.google.com/assets/colab-badge.svg", "mybinder.org/badge_logo.svg")
 
 
-def _chromium() -> str:
+#: Where RISE's slideshow stands (RISE bundles reveal.js, so this reads the DOM): the current slide's
+#: index, the number of slides and the text of the current (sub-)slide.
+PRESENT = """() => {
+  const top = document.querySelector('.reveal .slides > section.present');
+  if (top === null) return null;
+  const slides = [...top.parentElement.children].filter(e => e.tagName === 'SECTION');
+  const leaf = top.querySelector(':scope > section.present') || top;
+  return {h: slides.indexOf(top), slides: slides.length, text: leaf.innerText};
+}"""
+
+
+def chromium_or_skip() -> str:
+    """The system's Chromium, with playwright to drive it; else skip (or fail under REQUIRE_BROWSER=1)."""
     path = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     problem = None
     if path is None:
@@ -53,17 +77,49 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def lab(tmp_path):
-    """JupyterLab on loopback, serving a copy of the chapter (autosave must not touch the checkout)."""
-    shutil.copy(CHAPTER.path, tmp_path / CHAPTER.file)
+@dataclass
+class Lab:
+    base: str
+    token: str
+
+    def url(self, ch: course.Chapter) -> str:
+        return f"{self.base}/lab/tree/{ch.file}?token={self.token}"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    chromium = chromium_or_skip()
+    from playwright.sync_api import sync_playwright
+
+    p = sync_playwright().start()
+    try:
+        b = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        yield b
+        b.close()
+    finally:
+        p.stop()
+
+
+@pytest.fixture(scope="module")
+def lab(browser, tmp_path_factory):
+    """One JupyterLab on loopback for the module, serving a copy of the chapter (autosave must not touch the
+    checkout) with its generated parts brought up to date, the slide metadata included."""
+    root = tmp_path_factory.mktemp("lab")
+    nb = course.synced(CHAPTER, nbformat.read(CHAPTER.path, as_version=4))
+    (root / CHAPTER.file).write_text(nbformat.writes(nb))
+    settings = root / "settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false",
+                                                                           "checkForUpdates": False}))
     port, token = _free_port(), secrets.token_hex(16)
-    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp_path / "config"), JUPYTER_RUNTIME_DIR=str(tmp_path / "rt"),
-               JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "ws"), CUDA_VISIBLE_DEVICES="")
-    log = open(tmp_path / "lab.log", "w")  # noqa: SIM115 - closed below
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(root / "config"), JUPYTER_RUNTIME_DIR=str(root / "rt"),
+               JUPYTERLAB_WORKSPACES_DIR=str(root / "ws"), JUPYTERLAB_SETTINGS_DIR=str(root / "settings"),
+               CUDA_VISIBLE_DEVICES="")
+    log_path = root / "lab.log"
+    log = open(log_path, "w")  # noqa: SIM115 - closed below
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",
-         f"--ServerApp.port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={tmp_path}",
+         f"--ServerApp.port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
          "--LabApp.extension_manager=readonly", "--LabApp.news_url=None"],
         stdout=log, stderr=subprocess.STDOUT, env=env,
     )
@@ -75,10 +131,9 @@ def lab(tmp_path):
                 break
             except OSError:
                 if time.monotonic() > deadline or server.poll() is not None:
-                    log_text = (tmp_path / "lab.log").read_text()[-2000:]
-                    raise RuntimeError("JupyterLab did not start: " + log_text) from None
+                    raise RuntimeError("JupyterLab did not start: " + log_path.read_text()[-2000:]) from None
                 time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}/lab/tree/{CHAPTER.file}?token={token}"
+        yield Lab(f"http://127.0.0.1:{port}", token)
     finally:
         server.terminate()
         try:
@@ -88,50 +143,90 @@ def lab(tmp_path):
         log.close()
 
 
-def test_widget_redraws_in_jupyterlab(lab, tmp_path):
-    chromium = _chromium()
-    from playwright.sync_api import sync_playwright
+@pytest.fixture(scope="module")
+def notebook(lab, browser):
+    """The chapter open in JupyterLab, in one page that both tests use (loading JupyterLab costs seconds)."""
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.goto(lab.url(CHAPTER))
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    try:  # JupyterLab may ask which kernel to start
+        page.get_by_role("button", name="Select", exact=True).click(timeout=2_000)
+    except Exception:
+        pass
+    yield page
+    page.close()
 
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 1000})
-        try:
-            page.goto(lab)
-            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-            try:  # JupyterLab may ask which kernel to start
-                page.get_by_role("button", name="Select", exact=True).click(timeout=3_000)
-            except Exception:
-                pass
-            page.get_by_role("menuitem", name="Run", exact=True).click()
-            page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
 
-            # The live explorer: a code cell whose output holds widget controls and a drawn figure.
-            figure = page.locator(FIGURE).first
-            figure.wait_for(timeout=90_000)
-            cell = page.locator(".jp-CodeCell", has=page.locator(IMAGE)).first
-            before = figure.get_attribute("src")
-            page.screenshot(path=str(tmp_path / "before.png"))
+def test_widget_redraws_in_jupyterlab(notebook, tmp_path):
+    page = notebook
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
 
-            slider = cell.locator(".noUi-handle")
-            if slider.count():
-                slider.first.focus()
-                page.keyboard.press("ArrowRight")
-            else:
-                select = cell.locator("select").first
-                options = select.locator("option").all_inner_texts()
-                current = select.input_value()
-                select.select_option(next(o for o in options if o != current))
-            page.wait_for_function(
-                """([selector, before]) => {
-                    const img = document.querySelector(selector);
-                    return img !== null && img.src !== before;
-                }""",
-                arg=[FIGURE, before],
-                timeout=60_000,
-            )
-            page.screenshot(path=str(tmp_path / "after.png"))
-            errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
-            assert errors.count() == 0, errors.first.inner_text()
-        finally:
-            browser.close()
+    # The live explorer: a code cell whose output holds widget controls and a drawn figure. A cell that
+    # fails first (Run All stops there) fails the test with its traceback, not with a timeout.
+    errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+    page.locator(f"{FIGURE}, .jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").first.wait_for(
+        timeout=90_000)
+    assert errors.count() == 0, errors.first.inner_text()[-2000:]
+    figure = page.locator(FIGURE).first
+    cell = page.locator(".jp-CodeCell", has=page.locator(IMAGE)).first
+    before = figure.get_attribute("src")
+
+    slider = cell.locator(".noUi-handle")
+    if slider.count():
+        slider.first.focus()
+        page.keyboard.press("ArrowRight")
+    else:
+        select = cell.locator("select").first
+        options = select.locator("option").all_inner_texts()
+        current = select.input_value()
+        select.select_option(next(o for o in options if o != current))
+    page.wait_for_function(
+        """([selector, before]) => {
+            const img = document.querySelector(selector);
+            return img !== null && img.src !== before;
+        }""",
+        arg=[FIGURE, before],
+        timeout=60_000,
+    )
+    page.screenshot(path=str(tmp_path / "after.png"))
+    assert errors.count() == 0, errors.first.inner_text()
     assert (tmp_path / "after.png").stat().st_size > 10_000
+
+
+def test_rise_presents_the_chapter_as_a_live_slideshow(notebook, tmp_path):
+    """The README's way in: select the first cell, press RISE's toolbar button (or Alt+R); RISE shows the
+    generated slides (skipping what the metadata skips), typesets the formulas, and fetches nothing."""
+    page = notebook
+    requests: list[str] = []
+
+    def log(request):
+        requests.append(request.url)
+
+    page.on("request", log)
+    try:
+        page.locator(".jp-Notebook:visible .jp-Cell").first.click()  # RISE starts at the selected cell
+        page.locator('.jp-NotebookPanel:visible [data-command="RISE:preview"]').first.click()
+        frame = page.wait_for_selector(f'iframe[src*="/rise/{CHAPTER.file}"]', timeout=60_000).content_frame()
+        frame.wait_for_function(f"({PRESENT})() !== null", timeout=60_000)
+        first = frame.evaluate(PRESENT)
+        assert f"{CHAPTER.number} · {CHAPTER.title}".lower() in first["text"].lower(), first["text"][:200]
+        nb = course.synced(CHAPTER, nbformat.read(CHAPTER.path, as_version=4))
+        kinds = [c.metadata["slideshow"]["slide_type"] for c in nb.cells]
+        assert first["slides"] == kinds.count("slide")
+        frame.locator(".reveal").first.press("ArrowRight")
+        frame.wait_for_function(f"({PRESENT})().h === 1", timeout=10_000)
+        assert "what you will learn" in frame.evaluate(PRESENT)["text"].lower()
+        # RISE hides the cells the metadata skips (navigation, the setup, the reference solution), and only them
+        skipped = frame.evaluate("""() => [...document.querySelectorAll('.reveal .slides .jp-Cell')]
+            .filter(cell => getComputedStyle(cell).display === 'none').map(cell => cell.textContent)""")
+        assert len(skipped) == kinds.count("skip")
+        assert any("google.colab" in text for text in skipped), "the setup cell is on a slide"
+        frame.wait_for_selector("mjx-container", state="attached", timeout=30_000)  # formulas, typeset offline
+        page.screenshot(path=str(tmp_path / "rise.png"))
+    finally:
+        page.remove_listener("request", log)
+    outside = [u for u in requests if urlparse(u).hostname not in {"127.0.0.1", "localhost"}
+               and urlparse(u).scheme in {"http", "https"} and not u.endswith(BADGES)]
+    assert not outside, f"the live slideshow fetched from the network: {outside[:5]}"

@@ -326,7 +326,7 @@ def killed_save(path: Path) -> int:
 
 @pytest.mark.skipif(os.name != "posix", reason="SIGKILL and process ids as used here are POSIX")
 def test_next_save_removes_what_a_killed_save_left_and_only_that(tmp_path):
-    target, other = tmp_path / "ckpt.pt", tmp_path / "other.pt"
+    target = tmp_path / "ckpt.pt"
     save_checkpoint({"epoch": 1}, target)
     dead = killed_save(target)
     (tmp_path / f".other.pt.{dead}-89abcdef.tmp").write_bytes(b"left by the same kind of kill")

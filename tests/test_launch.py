@@ -1,4 +1,5 @@
-"""The three ways in (local, Binder, Colab) and the lecture slides, tested as far as this machine allows."""
+"""The three ways in (local, Binder, Colab), tested as far as this machine allows (the lecture slides:
+tests/test_slides.py)."""
 
 from __future__ import annotations
 
@@ -107,29 +108,3 @@ def test_colab_install_command_installs_utils_into_a_fresh_environment(tmp_path)
     *_, where, last = result.stdout.strip().splitlines()
     assert where.startswith(str(env_dir)), where
     assert last == "ok cpu", result.stdout
-
-
-def slide_counts(html: str) -> tuple[int, int]:
-    depth = tops = subs = 0
-    for tag in re.findall(r"</?section>", html):
-        if tag == "<section>":
-            depth += 1
-            tops += depth == 1
-            subs += depth == 2
-        else:
-            depth -= 1
-    assert depth == 0
-    return tops, subs
-
-
-@pytest.mark.parametrize("ch", [c for c in course.CHAPTERS if c.path.exists()], ids=lambda c: c.number)
-def test_every_chapter_exports_to_a_slide_deck(ch):
-    from nbconvert import SlidesExporter
-
-    nb = nbformat.read(ch.path, as_version=4)
-    html, _ = SlidesExporter().from_notebook_node(nb)
-    kinds = [c.metadata["slideshow"]["slide_type"] for c in nb.cells]
-    sections = sum(c.cell_type == "markdown" and c.source.startswith("## ") for c in nb.cells)
-    assert kinds.count("slide") == 1 + sections, "one slide for the title and one per section"
-    assert slide_counts(html) == (kinds.count("slide"), kinds.count("slide") + kinds.count("subslide"))
-    assert "reveal.js" in html

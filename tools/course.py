@@ -6,6 +6,8 @@
     python -m tools.course devices       # compared cells of chapters 01-09 that work on `device`
     python -m tools.course execute [NN ...]
                                          # re-run notebooks and save their outputs (the reference)
+    python -m tools.course slides [NN ...]
+                                         # write self-contained lecture decks into slides/
 
 Outputs are always regenerated on the CPU (``CUDA_VISIBLE_DEVICES`` is emptied for the kernel) so the
 committed reference is the same whatever machine a maintainer uses.
@@ -150,19 +152,14 @@ def _md_cell(cell_id: str, source: str, tag: str):
     return cell
 
 
-def _slide_type(cell, index: int) -> str:
-    tags = _tags(cell)
-    if "nav-header" in tags or "nav-footer" in tags:
-        return "skip"
-    if index == 0:
-        return "slide"
-    if cell["cell_type"] == "markdown":
-        first = cell["source"].lstrip().split("\n", 1)[0]
-        if first.startswith("## "):
-            return "slide"
-        if first.startswith("### "):
-            return "subslide"
-    return "-"
+def _set_slideshow(nb, cells) -> None:
+    """Slide metadata, generated (``tools/slides.py`` decides what is shown and where slides split): every
+    cell's ``slideshow.slide_type``, read by the exported decks and by RISE, and RISE's notebook settings."""
+    from tools.slides import RISE_SETTINGS, slide_types
+
+    for cell, kind in zip(cells, slide_types(cells), strict=True):
+        cell.setdefault("metadata", {})["slideshow"] = {"slide_type": kind}
+    nb.metadata["rise"] = dict(RISE_SETTINGS)
 
 
 _SUPERSEDED = (
@@ -207,8 +204,7 @@ def synced(ch: Chapter, nb):
             cell["source"] = _with_setup(cell["source"])
         if cell["cell_type"] == "markdown" and "course-map" in _tags(cell):
             cell["source"] = "## The chapters\n\n" + chapter_table(link_prefix="")
-    for i, cell in enumerate(cells):
-        cell.setdefault("metadata", {})["slideshow"] = {"slide_type": _slide_type(cell, i)}
+    _set_slideshow(nb, cells)
     nb.cells = cells
     nb.metadata["kernelspec"] = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
     return nb
@@ -354,7 +350,16 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("devices", help="count the compared cells of chapters 01-09 that work on `device`")
     run = sub.add_parser("execute", help="re-run notebooks on the CPU and save their outputs")
     run.add_argument("numbers", nargs="*", help="chapter numbers such as 01 02 (default: all)")
+    deck = sub.add_parser("slides", help="write self-contained lecture decks into slides/ (tools/slides.py)")
+    deck.add_argument("numbers", nargs="*", help="chapter numbers such as 01 02 (default: all)")
     args = parser.parse_args(argv)
+    if args.command == "slides":
+        from tools import slides
+
+        unknown = [n for n in args.numbers if n not in BY_NUMBER]
+        if unknown:
+            parser.error(f"unknown chapter {unknown[0]!r}; known: {', '.join(BY_NUMBER)}")
+        return slides.main([c for c in CHAPTERS if c.path.exists() and (not args.numbers or c.number in args.numbers)])
     if args.command == "sync":
         unknown = [n for n in args.numbers if n not in BY_NUMBER]
         if unknown:

@@ -102,7 +102,7 @@ QUIET_SHARE = 0.05
 QUIET_FLOOR = 25e-6
 #: Below this share of a run spent computing, a worker that did not wait for a core was blocked (or had
 #: its virtual CPU taken away), and the run cannot refute a speed claim.
-MIN_SHARE = 0.8
+MIN_SHARE = 0.9
 
 DeviceLike = torch.device | str
 Clock = Callable[[], float]
@@ -807,7 +807,7 @@ def judge_speedup(
     claim: str,
     at_least: float | None = None,
     at_most: float | None = None,
-    contention: float = 1.3,
+    contention: float = 1.1,
 ) -> SpeedupVerdict:
     """Judge ``claim`` about ``one``-worker runs against ``two``-worker runs of the same tasks.
 
@@ -815,7 +815,7 @@ def judge_speedup(
     time). The claim is that the speed-up is ``>= at_least`` and/or ``<= at_most``. It cannot be checked
     (``holds=None``) when either side has no undisturbed run: the machine was too busy. A speed-up
     below ``at_least`` is not held against the claim either when a worker of the fastest two-worker run
-    computed less than 80 % of it (blocked, or its virtual machine's CPU taken away: steal time, which
+    computed less than 90 % of it (blocked, or its virtual machine's CPU taken away: steal time, which
     the OS does not count as waiting), or when the tasks needed ``contention`` times more CPU time per
     task side by side than alone: then the two cores share hardware (two hyperthreads of one core, or
     memory bandwidth) and are not two independent devices.
