@@ -127,6 +127,19 @@ def pytest_collection_modifyitems(config, items):
             item.runtest = _fail_for_missing_gpu(reason)
         else:
             item.options["check"] = False
+    # Longest first (xdist hands out groups in this order): the browser, the decks, the notebooks (chapter 09
+    # runs torchrun jobs), then the unit tests, so that no long group starts last while a worker idles.
+    items.sort(key=_cost_rank)
+
+
+#: Where a test file or notebook goes in the run's order (lower: earlier); unlisted files come last.
+_FIRST = ("test_browser.py", "test_slides.py", "09_data_parallel_training.ipynb", "test_launch.py")
+
+
+def _cost_rank(item) -> int:
+    if item.path.name in _FIRST:
+        return _FIRST.index(item.path.name)
+    return len(_FIRST) + (item.path.suffix != ".ipynb")
 
 
 def pytest_runtest_logreport(report):
