@@ -120,3 +120,19 @@ def test_bad_arguments_are_named():
     with pytest.raises(TypeError, match="check must be a function decorated with @exercise"):
         outcome(print)
     assert issubclass(ExerciseFailed, AssertionError)
+
+
+def test_a_check_that_draws_random_numbers_leaves_the_notebooks_numbers_alone():
+    import torch
+
+    from utils.checks import keeps_global_rng
+
+    @keeps_global_rng
+    def draws(n):
+        return torch.rand(n)
+
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    assert draws(5).shape == (5,) and draws.__name__ == "draws"
+    assert torch.equal(torch.rand(3), expected), "the check moved the global generator"

@@ -29,7 +29,8 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Literal, TypeVar
 
-__all__ = ["STUB_MESSAGE", "ExerciseFailed", "exercise", "expect", "learner_code", "outcome", "rejection"]
+__all__ = ["STUB_MESSAGE", "ExerciseFailed", "exercise", "expect", "keeps_global_rng", "learner_code", "outcome",
+           "rejection"]
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -51,6 +52,20 @@ def expect(condition: object, hint: str) -> None:
         raise TypeError("hint must be a non-empty str")
     if not condition:
         raise ExerciseFailed(hint)
+
+
+def keeps_global_rng(check: F) -> F:
+    """Run ``check`` with the global CPU generator forked: a check that draws random numbers never shifts the
+    numbers that the notebook's later cells print."""
+
+    @functools.wraps(check)
+    def run(*args, **kwargs):
+        import torch  # here, not at the top: importing the checks stays cheap
+
+        with torch.random.fork_rng(devices=[]):
+            return check(*args, **kwargs)
+
+    return run  # type: ignore[return-value]
 
 
 def _is_stub(err: BaseException) -> bool:

@@ -6,25 +6,12 @@ costs nothing) and leaves the global random generator as it found it.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 from torch import nn
 
-from utils.checks import exercise, expect, learner_code
+from utils.checks import exercise, expect, keeps_global_rng, learner_code
 
 __all__ = ["check_clones", "check_parallel", "check_router"]
-
-
-def _keeps_global_rng(check):
-    """Run ``check`` with the global CPU generator forked, so a check never shifts a notebook's numbers."""
-
-    @functools.wraps(check)
-    def run(*args, **kwargs):
-        with torch.random.fork_rng(devices=[]):
-            return check(*args, **kwargs)
-
-    return run
 
 
 def _seeded_linear(n_in: int, n_out: int, seed: int) -> nn.Linear:
@@ -67,7 +54,7 @@ def _parallel_shape_hint(y: torch.Tensor, x: torch.Tensor, net1: nn.Module, net2
 
 
 @exercise("Exercise 1 · A parallel block")
-@_keeps_global_rng
+@keeps_global_rng
 def check_parallel(cls: type[nn.Module]) -> None:
     """``cls(net1, net2)``: ``forward(x)`` runs both given nets on ``x`` and concatenates along dim 1."""
     built = "building your block as cls(net1, net2)"
@@ -161,7 +148,7 @@ _HEADS = {"price": (1, 10), "label": (3, 11), "box": (4, 12)}
 
 
 @exercise("Exercise 2 · A router over named heads")
-@_keeps_global_rng
+@keeps_global_rng
 def check_router(cls: type[nn.Module]) -> None:
     """``cls(heads: dict[str, nn.Module])``; ``forward(x, task)`` applies ``heads[task]``, all registered."""
     built = "building your router as cls(heads)"
@@ -308,7 +295,7 @@ def _check_copies(copies: object, module: nn.Module, n: int, call: str) -> None:
 
 
 @exercise("Exercise 3 · N independent copies")
-@_keeps_global_rng
+@keeps_global_rng
 def check_clones(clones) -> None:
     """``clones(module, n)``: an ``nn.ModuleList`` of ``n`` deep copies (same values, device and mode)."""
     hint = "clones(module, n) must work for any module, whatever its class and arguments: copy.deepcopy(module)"

@@ -8,7 +8,6 @@ have": the learner's own file, re-saved with every storage tagged with such a de
 
 from __future__ import annotations
 
-import functools
 import pickle
 import tempfile
 from collections import OrderedDict
@@ -19,20 +18,9 @@ from unittest import mock
 import torch
 from torch import nn
 
-from utils.checks import exercise, expect, learner_code
+from utils.checks import exercise, expect, keeps_global_rng, learner_code
 
 __all__ = ["check_resume", "check_strip_prefix"]
-
-
-def _keeps_global_rng(check):
-    """Run ``check`` with the global CPU generator forked: a check never shifts a notebook's numbers."""
-
-    @functools.wraps(check)
-    def run(*args, **kwargs):
-        with torch.random.fork_rng(devices=[]):
-            return check(*args, **kwargs)
-
-    return run
 
 
 # ---------------------------------------------------------------- Exercise 1
@@ -103,7 +91,7 @@ def _judge_keys(fn: Callable[..., object], given: OrderedDict, prefix: str | Non
 
 
 @exercise("Exercise 1 · Strip the DataParallel prefix")
-@_keeps_global_rng
+@keeps_global_rng
 def check_strip_prefix(fn: Callable[..., dict]) -> None:
     """``fn(state_dict, prefix="module.")`` returns a new dict with ``prefix`` removed from the start of keys."""
     torch.manual_seed(0)
@@ -207,7 +195,7 @@ def _expect_restored(step: object, want_step: int, model: nn.Module, optimizer: 
 
 
 @exercise("Exercise 2 · A checkpoint that resumes exactly")
-@_keeps_global_rng
+@keeps_global_rng
 def check_resume(save: Callable[..., object], load: Callable[..., int]) -> None:
     """``save(path, model, optimizer, step)`` and ``load(path, model, optimizer) -> step``.
 
