@@ -84,6 +84,7 @@ class Lab:
     base: str
     token: str
     ready: Callable[[], None]  # returns once the server answers
+    nb: nbformat.NotebookNode  # the notebook it serves
 
     def url(self, ch: course.Chapter) -> str:
         return f"{self.base}/lab/tree/{ch.file}?token={self.token}"
@@ -121,7 +122,8 @@ def lab(tmp_path_factory):
     """One JupyterLab on loopback for the module, serving the chapter's excerpt (autosave must not touch
     the checkout). It starts while Chromium does; :func:`notebook` waits until it answers."""
     root = tmp_path_factory.mktemp("lab")
-    (root / CHAPTER.file).write_text(nbformat.writes(excerpt()))
+    nb = excerpt()
+    (root / CHAPTER.file).write_text(nbformat.writes(nb))
     settings = root / "settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True)
     (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false",
@@ -151,7 +153,7 @@ def lab(tmp_path_factory):
                 time.sleep(0.1)
 
     try:
-        yield Lab(f"http://127.0.0.1:{port}", token, ready)
+        yield Lab(f"http://127.0.0.1:{port}", token, ready, nb)
     finally:
         server.terminate()
         try:
@@ -211,7 +213,7 @@ def test_widget_redraws_in_jupyterlab(notebook, tmp_path):
     assert (tmp_path / "after.png").stat().st_size > 10_000
 
 
-def test_rise_presents_the_chapter_as_a_live_slideshow(notebook, tmp_path):
+def test_rise_presents_the_chapter_as_a_live_slideshow(lab, notebook, tmp_path):
     """The README's way in: select the first cell, press RISE's toolbar button (or Alt+R); RISE shows the
     generated slides (skipping what the metadata skips), typesets the formulas, and fetches nothing."""
     page = notebook
@@ -228,7 +230,7 @@ def test_rise_presents_the_chapter_as_a_live_slideshow(notebook, tmp_path):
         frame.wait_for_function(f"({PRESENT})() !== null", timeout=60_000)
         first = frame.evaluate(PRESENT)
         assert f"{CHAPTER.number} · {CHAPTER.title}".lower() in first["text"].lower(), first["text"][:200]
-        kinds = [c.metadata["slideshow"]["slide_type"] for c in excerpt().cells]
+        kinds = [c.metadata["slideshow"]["slide_type"] for c in lab.nb.cells]
         assert first["slides"] == kinds.count("slide")
         frame.locator(".reveal").first.press("ArrowRight")
         frame.wait_for_function(f"({PRESENT})().h === 1", timeout=10_000)
