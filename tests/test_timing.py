@@ -595,6 +595,18 @@ def test_judge_speedup_does_not_blame_the_claim_for_a_blocked_or_robbed_worker()
     assert verdict.holds is None and "steal time" in verdict.reason and "28%" in verdict.reason
 
 
+def test_judge_speedup_refutes_only_on_clean_evidence():
+    """The run seen on a virtual machine with steal time: 1.50x, a worker at 82 %, tasks at 1.13x their solo
+    CPU time. That cannot refute the claim; the same shortfall with both workers busy throughout can."""
+    one = [quiet_run(0.030, cpu=(0.030,))]
+    seen = [WorkerRun(0.020, (0.0190, 0.0164), 2, waited=0.0)]
+    assert judge_speedup(one, seen, claim="c", at_least=1.6).holds is None
+    shared = [WorkerRun(0.020, (0.0195, 0.0195), 2, waited=0.0)]  # 0.039 s of CPU for 0.030 s of work: 1.3x
+    assert judge_speedup(one, shared, claim="c", at_least=1.6).holds is None
+    clean = [WorkerRun(0.020, (0.0190, 0.0190), 2, waited=0.0)]   # busy 95 % of the run, 1.27x the CPU time
+    assert judge_speedup(one, clean, claim="c", at_least=1.6, contention=1.3).holds is False
+
+
 def test_judge_speedup_upper_bound():
     one, two = [quiet_run(0.010)], [quiet_run(0.009, workers=2)]
     assert judge_speedup(one, two, claim="tiny tasks gain little", at_most=1.5).holds is True
