@@ -19,6 +19,11 @@ Threads. pytest-xdist runs one notebook per core, so each kernel gets one intra-
 (``OMP_NUM_THREADS=1`` unless already set): two kernels with a thread per core each would fight over
 the cores and small tensor operations would slow down many times over.
 
+Kernels. A fresh kernel spends about 3 s of CPU on Python, ipykernel and ``import torch`` before a
+lesson starts. The run therefore forks each notebook's kernel from one server that has made those imports
+(tools/kernel_server.py says what a notebook can and cannot tell); ``FRESH_KERNELS=1`` starts every kernel
+the usual way.
+
 Timing cells. A cell tagged ``runs-alone`` measures speed, so while it runs no other test runs: every
 test holds a shared lock across the xdist workers and such a cell takes it exclusively. A turnstile lock
 keeps the other workers from slipping new tests in while it waits.
@@ -27,6 +32,8 @@ keeps the other workers from slipping new tests in while it waits.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -48,6 +55,8 @@ HARDWARE_TAGS = {"requires-cuda": 1, "requires-multi-gpu": 2}
 ALONE_TAG = "runs-alone"
 GPU_CELL = "gpu_cell"  # keyword on hardware-tagged items; it travels with their reports across xdist
 _LOCKS = pytest.StashKey[tuple[int, int]]()
+_SERVER = pytest.StashKey[tuple[subprocess.Popen, str]]()
+KERNEL_SERVER = Path(__file__).resolve().parent / "tools" / "kernel_server.py"
 _TALLY = {"run": 0, "skipped": 0, "failed": 0}  # GPU cells, counted where reports arrive
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -95,6 +104,65 @@ def pytest_configure(config):
         option.nbval_sanitize_with = str(config.rootpath / sanitize)
     _TALLY.update(run=0, skipped=0, failed=0)
     config.addinivalue_line("markers", f"{GPU_CELL}: a notebook cell that needs a GPU")
+    if forks_kernels(config.args, config.option.collectonly):
+        _start_kernel_server(config)
+        _launch_kernels_from_the_server()
+
+
+def pytest_unconfigure(config):
+    server = config.stash.get(_SERVER, None)
+    if server:
+        process, folder = server
+        process.stdin.close()  # the server kills any kernel left and exits
+        process.wait(timeout=30)
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop("KERNEL_SERVER", None)
+
+
+def forks_kernels(args, collect_only: bool, environ=os.environ, platform: str = sys.platform) -> bool:
+    """Whether this run forks its kernels from a server: on Linux, when a notebook may run, unless told not to."""
+    if environ.get("FRESH_KERNELS") or not platform.startswith("linux") or collect_only:
+        return False
+    files = [str(arg).split("::")[0] for arg in args]
+    return not files or not all(file.endswith(".py") for file in files)
+
+
+def _start_kernel_server(config):
+    """On the controller (or a run without workers): start the server the workers' kernels fork from."""
+    if getattr(config, "workerinput", None) is not None:
+        return
+    if Path(os.environ.get("KERNEL_SERVER") or "/nonexistent").exists():
+        return  # a run inside a run (tests/test_suite.py) uses the outer run's server
+    folder = tempfile.mkdtemp(prefix="kernel-server-")
+    path = os.path.join(folder, "socket")
+    process = subprocess.Popen(
+        [sys.executable, str(KERNEL_SERVER), "--serve", path], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    if process.stdout.readline() != b"listening\n":
+        process.kill()
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    config.stash[_SERVER] = (process, folder)
+    os.environ["KERNEL_SERVER"] = path  # the workers, started after this, inherit it
+
+
+def _launch_kernels_from_the_server():
+    """nbval's kernel (``--nbval-current-env``) starts as the server's launcher instead of ipykernel."""
+    import nbval.kernel
+
+    manager = nbval.kernel.NbvalKernelspecManager
+    if getattr(manager, "_forked", False):
+        return
+    plain = manager.get_kernel_spec
+
+    def get_kernel_spec(self, kernel_name):
+        spec = plain(self, kernel_name)
+        if kernel_name == nbval.kernel.CURRENT_ENV_KERNEL_NAME and os.environ.get("KERNEL_SERVER"):
+            spec.argv = [sys.executable, "-S", str(KERNEL_SERVER), *spec.argv[spec.argv.index("-f") :]]
+        return spec
+
+    manager.get_kernel_spec = get_kernel_spec
+    manager._forked = True
 
 
 def _fail_for_missing_gpu(reason: str):
@@ -152,6 +220,16 @@ def pytest_runtest_logreport(report):
         _TALLY["run" if report.passed else "failed"] += 1
 
 
+_WORKER_DEVICE_LINE: dict[str, str] = {}  # the controller imports no torch: a worker says what it saw
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    line = getattr(node, "workeroutput", {}).get("device_line")
+    if line:
+        _WORKER_DEVICE_LINE["line"] = line
+
+
 def _device_line() -> str:
     import torch
 
@@ -171,7 +249,7 @@ def pytest_terminal_summary(terminalreporter, config):
     need = f"; REQUIRE_GPUS={required}" if required else ""
     terminalreporter.write_line(
         f"GPU cells: {tally['run']} run, {tally['skipped']} skipped, {tally['failed']} failed; "
-        f"{_device_line()}{need}"
+        f"{_WORKER_DEVICE_LINE.get('line') or _device_line()}{need}"
     )
 
 
@@ -190,6 +268,9 @@ def pytest_sessionstart(session):
 
 
 def pytest_sessionfinish(session):
+    worker = getattr(session.config, "workeroutput", None)
+    if worker is not None:
+        worker["device_line"] = _device_line()
     fds = session.config.stash.get(_LOCKS, None)
     if fds:
         for fd, path in zip(fds, _lock_paths(session.config), strict=True):

@@ -91,7 +91,8 @@ def test_require_gpus_rejects_what_is_not_a_count(raw):
 
 def test_sanitizer_path_is_found_from_any_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # e.g. `cd notebooks && pytest`, or `pytest /path/to/checkout`
-    config = SimpleNamespace(option=SimpleNamespace(nbval_sanitize_with="tests/sanitize.cfg"), rootpath=ROOT)
+    option = SimpleNamespace(nbval_sanitize_with="tests/sanitize.cfg", collectonly=True)  # no kernel server
+    config = SimpleNamespace(option=option, rootpath=ROOT, args=[])
     config.addinivalue_line = lambda *args: None
     conftest.pytest_configure(config)
     assert config.option.nbval_sanitize_with == str(ROOT / "tests" / "sanitize.cfg")

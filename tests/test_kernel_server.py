@@ -1,0 +1,200 @@
+"""Kernels forked from the test run's kernel server behave like fresh kernels (tools/kernel_server.py).
+
+The server here preloads a light module instead of torch, so these tests start fast; the mechanism is
+the same one the notebook run uses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import KernelManager
+
+import conftest
+from tools import kernel_server
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the server forks: Linux only")
+
+PRELOADED = "mailbox"  # stands in for torch: imported by the server, by no fresh interpreter
+
+
+def start_server(path: Path) -> subprocess.Popen:
+    process = subprocess.Popen(
+        [sys.executable, conftest.KERNEL_SERVER, "--serve", path, "--preload", f"ipykernel.kernelapp,{PRELOADED}"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert process.stdout.readline() == b"listening\n"
+    return process
+
+
+def stop_server(process: subprocess.Popen) -> int:
+    process.stdin.close()
+    return process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory):
+    path = tmp_path_factory.mktemp("server") / "socket"
+    process = start_server(path)
+    yield path
+    stop_server(process)
+
+
+@pytest.fixture
+def server(shared_server, monkeypatch):
+    monkeypatch.setenv(kernel_server.ENV, str(shared_server))
+
+
+@pytest.fixture
+def start(tmp_path):
+    """Start a kernel the way nbval does, through the launcher; shut them all down afterwards."""
+    specs = tmp_path / "kernels" / "forked"
+    specs.mkdir(parents=True)
+    argv = [sys.executable, "-S", str(conftest.KERNEL_SERVER), "-f", "{connection_file}"]
+    (specs / "kernel.json").write_text(json.dumps({"argv": argv, "language": "python", "display_name": "forked"}))
+    started = []
+
+    def start_kernel(**kwargs):
+        km = KernelManager(kernel_name="forked", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(specs.parent)]))
+        km.start_kernel(**kwargs)
+        kc = km.client()
+        kc.start_channels()
+        kc.wait_for_ready(timeout=30)
+        started.append((km, kc))
+        return km, kc
+
+    yield start_kernel
+    for km, kc in started:
+        kc.stop_channels()
+        if km.has_kernel:
+            km.shutdown_kernel(now=True)
+
+
+def run(kc, code: str, timeout: float = 20) -> tuple[str, dict]:
+    """Execute ``code``; return its stdout and the execute reply's content."""
+    msg_id = kc.execute(code)
+    out = []
+    while True:
+        msg = kc.get_iopub_msg(timeout=timeout)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "stream":
+            out.append(msg["content"]["text"])
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            break
+    return "".join(out), kc.get_shell_msg(timeout=timeout)["content"]
+
+
+PROBE = f"""
+import json, os, random, sys
+print(json.dumps({{"pid": os.getpid(), "cwd": os.getcwd(), "mark": os.environ.get("MARK"), "random": random.random(),
+                  "preloaded": {PRELOADED!r} in sys.modules, "bound": {PRELOADED!r} in dir()}}))
+"""
+
+
+def test_each_kernel_is_a_new_process_with_its_launchers_folder_and_environment(server, start, tmp_path):
+    seen = []
+    for mark in ("a", "b"):
+        folder = tmp_path / mark
+        folder.mkdir()
+        km, kc = start(cwd=str(folder), env={**os.environ, "MARK": mark})
+        out, reply = run(kc, PROBE)
+        assert reply["status"] == "ok", reply
+        facts = json.loads(out)
+        assert facts["cwd"] == str(folder) and facts["mark"] == mark
+        assert facts["preloaded"] and not facts["bound"]  # imported by the server, no name given
+        assert facts["pid"] != km.provisioner.process.pid  # the launcher is not the kernel...
+        seen.append(facts)
+    assert seen[0]["pid"] != seen[1]["pid"]
+    assert seen[0]["random"] != seen[1]["random"]  # ...and forks do not share random state
+
+
+def test_interrupt_reaches_the_kernel(server, start):
+    km, kc = start()
+    msg_id = kc.execute("import time\nprint('sleeping', flush=True)\ntime.sleep(60)")
+    while kc.get_iopub_msg(timeout=10)["msg_type"] != "stream":
+        pass  # the cell is running
+    km.interrupt_kernel()
+    reply = kc.get_shell_msg(timeout=10)
+    assert reply["parent_header"]["msg_id"] == msg_id
+    assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+    out, reply = run(kc, "print('still here')")
+    assert out == "still here\n"
+
+
+def test_a_killed_launcher_takes_its_kernel_with_it(server, start):
+    km, kc = start()
+    out, _ = run(kc, "import os; print(os.getpid())")
+    kernel = int(out)
+    km.shutdown_kernel(now=True)  # SIGKILL to the launcher, as nbval's stop() does
+    assert gone(kernel)
+
+
+def test_the_server_stops_its_kernels_when_the_run_ends(start, tmp_path, monkeypatch):
+    monkeypatch.setenv(kernel_server.ENV, str(tmp_path / "socket"))
+    server = start_server(tmp_path / "socket")
+    _, kc = start()
+    out, _ = run(kc, "import os; print(os.getpid())")
+    assert stop_server(server) == 0
+    assert gone(int(out))
+    assert not (tmp_path / "socket").exists()
+
+
+def test_without_a_server_the_launcher_starts_an_ordinary_kernel(start, monkeypatch, tmp_path):
+    monkeypatch.setenv(kernel_server.ENV, str(tmp_path / "no-server"))
+    km, kc = start()
+    out, reply = run(kc, PROBE)
+    assert reply["status"] == "ok"
+    facts = json.loads(out)
+    assert facts["pid"] == km.provisioner.process.pid  # exec'd in place: the launcher is the kernel
+    assert not facts["preloaded"]
+
+
+def test_nbvals_kernel_starts_through_the_launcher_while_there_is_a_server(monkeypatch):
+    import nbval.kernel
+
+    conftest._launch_kernels_from_the_server()  # what the run does when it forks kernels (idempotent)
+    manager = nbval.kernel.NbvalKernelspecManager()
+    monkeypatch.setenv(kernel_server.ENV, "/some/socket")
+    spec = manager.get_kernel_spec(nbval.kernel.CURRENT_ENV_KERNEL_NAME)
+    assert spec.argv == [sys.executable, "-S", str(conftest.KERNEL_SERVER), "-f", "{connection_file}"]
+    monkeypatch.delenv(kernel_server.ENV)
+    spec = manager.get_kernel_spec(nbval.kernel.CURRENT_ENV_KERNEL_NAME)
+    assert spec.argv[1:] == ["-m", "ipykernel_launcher", "-f", "{connection_file}"]
+
+
+@pytest.mark.parametrize(
+    "args, environ, platform, collect_only, forks",
+    [
+        ([], {}, "linux", False, True),  # the whole suite
+        (["notebooks"], {}, "linux", False, True),
+        (["notebooks/01_layers_and_blocks.ipynb::Cell 3"], {}, "linux", False, True),
+        (["tests/test_timing.py", "tests/test_checks.py::test_x"], {}, "linux", False, False),  # no notebook
+        ([], {"FRESH_KERNELS": "1"}, "linux", False, False),
+        ([], {}, "darwin", False, False),  # fork after importing torch is not safe on macOS
+        ([], {}, "linux", True, False),  # --collect-only starts no kernel
+    ],
+)
+def test_when_the_run_forks_kernels(args, environ, platform, collect_only, forks):
+    assert conftest.forks_kernels(args, collect_only, environ, platform) == forks
+
+
+def gone(pid: int, within: float = 10) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        if state == "Z":  # dead, waiting to be reaped by a parent that is going away too
+            return True
+        time.sleep(0.05)
+    return False

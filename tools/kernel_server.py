@@ -1,0 +1,226 @@
+"""Notebook kernels for the test run, forked from one process that has already imported torch.
+
+Why. The regression run starts a fresh Jupyter kernel for every chapter, and a fresh kernel spends about
+3 s of CPU before its first lesson line: Python, ipykernel and ``import torch``. On a two-core machine a
+dozen of those are a fifth of the whole test command. Here one *kernel server* pays for those imports
+once; every kernel nbval asks for is then a fork of it that runs ipykernel exactly as
+``python -m ipykernel_launcher -f FILE`` would.
+
+What a notebook sees. A new process with its own PID, random state, environment, working folder and
+standard streams (the launcher's, i.e. what jupyter_client gave the kernel). ``torch`` is already in
+``sys.modules`` but bound to no name until the chapter's setup cell imports it, as in any fresh kernel.
+Nothing else is preloaded, and nothing here is used outside the tests: Jupyter, Colab and Binder start
+kernels the usual way. ``FRESH_KERNELS=1`` makes the test run do so too.
+
+How. ``conftest.py`` starts the server (``python -m tools.kernel_server SOCKET``) and points nbval's
+kernel spec at the launcher, ``python -S tools/kernel_server.py FILE-ARGS``. The launcher
+
+1. connects to the socket named by ``$KERNEL_SERVER``, sends its standard streams (``SCM_RIGHTS``),
+   argv, environment and folder; the server forks, and the child becomes the kernel;
+2. forwards the signals jupyter_client sends it (interrupt, terminate) to the kernel, and exits with the
+   kernel's exit status once the server reports it;
+3. falls back to ``exec python -m ipykernel_launcher ...`` when there is no server.
+
+If the launcher is killed (``shutdown_kernel(now=True)`` sends SIGKILL), its socket closes and the
+server kills the kernel; if the server's parent (the test run) goes away, the server kills every kernel
+and exits. Linux only (``fork`` after importing torch is not safe on macOS).
+
+Only the standard library at module level: the launcher runs with ``-S`` to start in milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+
+ENV = "KERNEL_SERVER"  # the socket's path, for the launchers
+HEADER = struct.Struct("!Q")
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+PRELOAD = ("torch", "ipykernel.kernelapp", "ipykernel.ipkernel")
+
+
+# ---- the launcher (the process jupyter_client starts and manages as "the kernel") ----
+
+
+def launch(argv: list[str]) -> None:
+    """Become a kernel forked by the server, or exec a normal one if there is none."""
+    kernel_argv = ["-m", "ipykernel_launcher", *argv]
+    path = os.environ.get(ENV, "")
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(path)
+    except OSError:
+        conn.close()
+        os.execv(sys.executable, [sys.executable, *kernel_argv])
+    request = json.dumps({"argv": ["ipykernel_launcher", *argv], "env": dict(os.environ), "cwd": os.getcwd()})
+    payload = request.encode()
+    socket.send_fds(conn, [HEADER.pack(len(payload))], [0, 1, 2])
+    conn.sendall(payload)
+    reader = conn.makefile("r")
+    pid = int(reader.readline())
+
+    def forward(signum, frame):
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+    for signum in FORWARDED:
+        signal.signal(signum, forward)
+    line = reader.readline()  # "exit STATUS" when the kernel has exited; "" if the server went away
+    status = int(line.split()[1]) if line.startswith("exit ") else 1
+    if status < 0:  # the kernel died of a signal: so does its launcher, as jupyter_client expects
+        signal.signal(-status, signal.SIG_DFL)
+        os.kill(os.getpid(), -status)
+    sys.exit(status)
+
+
+# ---- the server ----
+
+
+def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
+    header, fds, _flags, _addr = socket.recv_fds(conn, HEADER.size, 3)
+    (size,) = HEADER.unpack(header)
+    data = b""
+    while len(data) < size:
+        chunk = conn.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError("launcher went away mid-request")
+        data += chunk
+    return json.loads(data), fds
+
+
+def _become_kernel(request: dict, fds: list[int], keep_none_of: list[int]) -> None:
+    """In the forked child: take the launcher's streams, environment and folder, then run ipykernel."""
+    for fd in keep_none_of:
+        os.close(fd)
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    sys.argv = list(request["argv"])
+    sys.path[0] = request["cwd"]  # as `python -m` sets it
+    import random
+
+    random.seed()
+    if "numpy.random" in sys.modules:
+        sys.modules["numpy.random"].seed()
+    status = 0
+    try:
+        from ipykernel import kernelapp
+
+        kernelapp.launch_new_instance()
+    except SystemExit as stop:
+        status = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        status = 1
+    finally:
+        import atexit
+
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+
+
+def serve(path: str, preload: tuple[str, ...] = PRELOAD) -> None:
+    """Listen on ``path``; fork a kernel per launcher until standard input closes (the test run ended)."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    print("listening", flush=True)  # launchers may connect now; they wait until the imports are done
+    import importlib
+
+    for name in preload:
+        importlib.import_module(name)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    kernels: dict[int, socket.socket] = {}  # pid -> its launcher's connection
+    try:
+        while True:
+            conns = {conn.fileno(): pid for pid, conn in kernels.items()}
+            ready, _, _ = select.select([listener, sys.stdin, wake_r, *conns], [], [])
+            if sys.stdin in ready and not os.read(sys.stdin.fileno(), 4096):
+                return  # the test run is over (or was killed)
+            if wake_r in ready:
+                os.read(wake_r, 4096)
+                _reap(kernels)
+            if listener in ready:
+                _accept(listener, kernels, [listener.fileno(), wake_r, wake_w, sys.stdin.fileno()])
+            for fd, pid in conns.items():
+                if fd in ready and pid in kernels and not kernels[pid].recv(1):
+                    _kill(pid)  # the launcher was killed: so is its kernel (reaped on SIGCHLD)
+    finally:
+        for pid in kernels:
+            _kill(pid)
+        listener.close()
+        os.unlink(path)
+
+
+def _accept(listener, kernels, server_fds):
+    conn, _ = listener.accept()
+    try:
+        request, fds = _receive(conn)
+    except (OSError, ValueError):
+        conn.close()
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        others = [c.fileno() for c in kernels.values()]
+        _become_kernel(request, fds, [*server_fds, conn.fileno(), *others])
+    for fd in fds:
+        os.close(fd)
+    kernels[pid] = conn
+    try:
+        conn.sendall(f"{pid}\n".encode())
+    except OSError:
+        _kill(pid)
+
+
+def _reap(kernels):
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        conn = kernels.pop(pid, None)
+        if conn is not None:
+            try:
+                conn.sendall(f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
+            except OSError:
+                pass
+            conn.close()
+
+
+def _kill(pid):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--serve"]:  # --serve SOCKET [--preload MODULE,MODULE]
+        serve(sys.argv[2], tuple(sys.argv[4].split(",")) if sys.argv[3:4] == ["--preload"] else PRELOAD)
+    else:
+        launch(sys.argv[1:])
