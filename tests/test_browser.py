@@ -27,6 +27,7 @@ from urllib.parse import urlparse
 import nbformat
 import pytest
 
+import conftest
 from tools import course
 
 pytestmark = pytest.mark.xdist_group("browser")
@@ -129,7 +130,15 @@ def lab(tmp_path_factory):
     (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false",
                                                                            "checkForUpdates": False}))
     port, token = _free_port(), secrets.token_hex(16)
+    # The notebook's kernel, "python3", starts through the test run's kernel server like nbval's kernels (a
+    # fork that has imported torch already; conftest.py), or the usual way where the run has none.
+    kernel = root / "share" / "kernels" / "python3"
+    kernel.mkdir(parents=True)
+    argv = [sys.executable, "-S", str(conftest.KERNEL_SERVER), "-f", "{connection_file}"]
+    (kernel / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "Python 3 (ipykernel)",
+                                                    "language": "python", "metadata": {"debugger": True}}))
     env = dict(os.environ, JUPYTER_CONFIG_DIR=str(root / "config"), JUPYTER_RUNTIME_DIR=str(root / "rt"),
+               JUPYTER_PATH=os.pathsep.join(filter(None, [str(root / "share"), os.environ.get("JUPYTER_PATH")])),
                JUPYTERLAB_WORKSPACES_DIR=str(root / "ws"), JUPYTERLAB_SETTINGS_DIR=str(root / "settings"),
                CUDA_VISIBLE_DEVICES="")
     log_path = root / "lab.log"

@@ -127,7 +127,9 @@ def test_interrupt_reaches_the_kernel(server, start):
     assert reply["parent_header"]["msg_id"] == msg_id
     assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
     out, reply = run(kc, "print('still here')")
-    assert out == "still here\n"
+    if reply.get("ename") == "KeyboardInterrupt":  # ipykernel may raise a late interrupt in the next cell
+        out, reply = run(kc, "print('still here')")
+    assert out == "still here\n" and km.is_alive()
 
 
 def test_a_killed_launcher_takes_its_kernel_with_it(server, start):
