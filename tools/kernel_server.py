@@ -10,7 +10,11 @@ What a notebook sees. A new process with its own PID, random state, environment,
 standard streams (the launcher's, i.e. what jupyter_client gave the kernel). ``torch`` is already in
 ``sys.modules`` but bound to no name until the chapter's setup cell imports it, as in any fresh kernel.
 Nothing else is preloaded, and nothing here is used outside the tests: Jupyter, Colab and Binder start
-kernels the usual way. ``FRESH_KERNELS=1`` makes the test run do so too.
+kernels the usual way. ``FRESH_KERNELS=1`` makes the test run do so too. One difference remains: what
+torch and ipykernel read from the environment *at import* (not later) comes from the test run's
+environment, since the server imported them; ipykernel's parent PID is set again for each kernel, and
+torch reads the variables that matter here (``CUDA_VISIBLE_DEVICES``, the allocator's settings) when
+CUDA starts, which is in the kernel.
 
 How. ``conftest.py`` starts the server (``python -m tools.kernel_server SOCKET``) and points nbval's
 kernel spec at the launcher, ``python -S tools/kernel_server.py FILE-ARGS``. The launcher
@@ -120,6 +124,9 @@ def _become_kernel(request: dict, fds: list[int], keep_none_of: list[int]) -> No
     try:
         from ipykernel import kernelapp
 
+        # ipykernel read its parent's PID from the environment when the server imported it: say it again
+        if os.environ.get("JPY_PARENT_PID", "").isdigit():
+            sys.argv.append(f"--IPKernelApp.parent_handle={os.environ['JPY_PARENT_PID']}")
         kernelapp.launch_new_instance()
     except SystemExit as stop:
         status = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
