@@ -11,10 +11,13 @@ import contextlib
 import json
 import os
 import queue
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager
@@ -168,6 +171,45 @@ def test_without_a_server_the_launcher_starts_an_ordinary_kernel(start, monkeypa
     assert reply["status"] == "ok", reply
     assert facts["pid"] == km.provisioner.process.pid  # exec'd in place: the launcher is the kernel
     assert not facts["preloaded"]
+
+
+def test_when_the_server_declines_the_launcher_starts_an_ordinary_kernel(start, monkeypatch, tmp_path):
+    path = tmp_path / "declining"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(1)
+
+    def decline():  # what the server does on a GPU build of torch: take the request, answer nothing, close
+        conn, _ = listener.accept()
+        with conn:
+            kernel_server._receive(conn)
+
+    declining = threading.Thread(target=decline)
+    declining.start()
+    monkeypatch.setenv(kernel_server.ENV, str(path))
+    km, kc = start()
+    declining.join(timeout=10)
+    listener.close()
+    facts, reply = run(kc, PROBE)
+    assert reply["status"] == "ok", reply
+    assert facts["pid"] == km.provisioner.process.pid and not facts["preloaded"]
+
+
+@pytest.mark.parametrize(
+    "cuda, hip, safe",
+    [(False, None, True), (True, None, False), (False, "6.2", False)],
+    ids=["cpu build", "cuda build", "rocm build"],
+)
+def test_kernels_are_forked_only_from_a_cpu_build_of_torch(cuda, hip, safe):
+    fake = SimpleNamespace(backends=SimpleNamespace(cuda=SimpleNamespace(is_built=lambda: cuda)),
+                           version=SimpleNamespace(hip=hip))
+    assert kernel_server.fork_safe(fake) == safe
+
+
+def test_this_torch_is_judged_by_the_same_rule():
+    import torch
+
+    assert kernel_server.fork_safe(torch) == (torch.version.cuda is None and torch.version.hip is None)
 
 
 def test_nbvals_kernel_starts_through_the_launcher_while_there_is_a_server(monkeypatch):

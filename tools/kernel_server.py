@@ -8,22 +8,24 @@ once; every kernel nbval asks for is then a fork of it that runs ipykernel exact
 
 What a notebook sees. A new process with its own PID, random state, environment, working folder and
 standard streams (the launcher's, i.e. what jupyter_client gave the kernel). ``torch`` is already in
-``sys.modules`` but bound to no name until the chapter's setup cell imports it, as in any fresh kernel.
-Nothing else is preloaded, and nothing here is used outside the tests: Jupyter, Colab and Binder start
-kernels the usual way. ``FRESH_KERNELS=1`` makes the test run do so too. One difference remains: what
-torch and ipykernel read from the environment *at import* (not later) comes from the test run's
-environment, since the server imported them; ipykernel's parent PID is set again for each kernel, and
-torch reads the variables that matter here (``CUDA_VISIBLE_DEVICES``, the allocator's settings) when
-CUDA starts, which is in the kernel.
+``sys.modules`` (with what torch imports on first use, see ``PRELOAD``) but bound to no name until the
+chapter's setup cell imports it, as in any fresh kernel. Nothing here is used outside the tests: Jupyter,
+Colab and Binder start kernels the usual way, and ``FRESH_KERNELS=1`` makes the test run do so too.
+One difference remains: what torch and ipykernel read from the environment *at import* comes from the
+test run's environment, since the server imported them. ipykernel's parent PID is set again for each
+kernel; torch reads the variables that matter here (``CUDA_VISIBLE_DEVICES``, the allocator's settings)
+when CUDA starts, which happens in the kernel.
 
-How. ``conftest.py`` starts the server (``python -m tools.kernel_server SOCKET``) and points nbval's
-kernel spec at the launcher, ``python -S tools/kernel_server.py FILE-ARGS``. The launcher
+How. ``conftest.py`` starts the server (``python tools/kernel_server.py --serve SOCKET``) and points the
+kernel spec of nbval (and of the browser test's JupyterLab) at the launcher,
+``python -S tools/kernel_server.py -f CONNECTION_FILE``. The launcher
 
 1. connects to the socket named by ``$KERNEL_SERVER``, sends its standard streams (``SCM_RIGHTS``),
    argv, environment and folder; the server forks, and the child becomes the kernel;
 2. forwards the signals jupyter_client sends it (interrupt, terminate) to the kernel, and exits with the
    kernel's exit status once the server reports it;
-3. falls back to ``exec python -m ipykernel_launcher ...`` when there is no server.
+3. falls back to ``exec python -m ipykernel_launcher ...`` when there is no server, or the server declined
+   (a GPU build of torch: see :func:`fork_safe`).
 
 If the launcher is killed (``shutdown_kernel(now=True)`` sends SIGKILL), its socket closes and the
 server kills the kernel; if the server's parent (the test run) goes away, the server kills every kernel
@@ -45,7 +47,10 @@ import sys
 ENV = "KERNEL_SERVER"  # the socket's path, for the launchers
 HEADER = struct.Struct("!Q")
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
-PRELOAD = ("torch", "ipykernel.kernelapp", "ipykernel.ipkernel")
+#: What every chapter's kernel would import anyway: torch; torch._dynamo and sympy, which the first
+#: ``optimizer.step()`` imports (about 2 s); ipykernel. Not matplotlib: it reads its backend from the
+#: environment at import, and the kernel's environment is only known after the fork.
+PRELOAD = ("torch", "torch._dynamo", "ipykernel.kernelapp", "ipykernel.ipkernel")
 
 
 # ---- the launcher (the process jupyter_client starts and manages as "the kernel") ----
@@ -66,7 +71,11 @@ def launch(argv: list[str]) -> None:
     socket.send_fds(conn, [HEADER.pack(len(payload))], [0, 1, 2])
     conn.sendall(payload)
     reader = conn.makefile("r")
-    pid = int(reader.readline())
+    line = reader.readline()
+    if not line.strip().isdigit():  # the server declined (a GPU build of torch) or went away: start as usual
+        conn.close()
+        os.execv(sys.executable, [sys.executable, *kernel_argv])
+    pid = int(line)
 
     def forward(signum, frame):
         try:
@@ -150,34 +159,57 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD) -> None:
     listener.bind(path)
     listener.listen(64)
     print("listening", flush=True)  # launchers may connect now; they wait until the imports are done
-    import importlib
-
-    for name in preload:
-        importlib.import_module(name)
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
     kernels: dict[int, socket.socket] = {}  # pid -> its launcher's connection
     try:
-        while True:
-            conns = {conn.fileno(): pid for pid, conn in kernels.items()}
-            ready, _, _ = select.select([listener, sys.stdin, wake_r, *conns], [], [])
-            if sys.stdin in ready and not os.read(sys.stdin.fileno(), 4096):
-                return  # the test run is over (or was killed)
-            if wake_r in ready:
-                os.read(wake_r, 4096)
-                _reap(kernels)
-            if listener in ready:
-                _accept(listener, kernels, [listener.fileno(), wake_r, wake_w, sys.stdin.fileno()])
-            for fd, pid in conns.items():
-                if fd in ready and pid in kernels and not kernels[pid].recv(1):
-                    _kill(pid)  # the launcher was killed: so is its kernel (reaped on SIGCHLD)
+        if _preload(preload):
+            _loop(listener, kernels)
     finally:
         for pid in kernels:
             _kill(pid)
         listener.close()
         os.unlink(path)
+
+
+def _preload(names) -> bool:
+    """Import ``names``; False (serve nothing) where forking would not be safe."""
+    import importlib
+
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"  # should anything ask, ask without starting CUDA
+    for name in names:
+        module = importlib.import_module(name)
+        if name == "torch" and not fork_safe(module):
+            return False
+    return True
+
+
+def fork_safe(torch) -> bool:
+    """Whether kernels may be forked from a process that has imported this torch.
+
+    A process that has started CUDA (even just to count GPUs) cannot hand it to a fork, and it is hard to
+    be sure that no import does. So only CPU builds of torch are forked from: a GPU runner, or a laptop
+    with the default CUDA wheel, starts every kernel the usual way.
+    """
+    return not (torch.backends.cuda.is_built() or getattr(torch.version, "hip", None))
+
+
+def _loop(listener, kernels) -> None:
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    while True:
+        conns = {conn.fileno(): pid for pid, conn in kernels.items()}
+        ready, _, _ = select.select([listener, sys.stdin, wake_r, *conns], [], [])
+        if sys.stdin in ready and not os.read(sys.stdin.fileno(), 4096):
+            return  # the test run is over (or was killed)
+        if wake_r in ready:
+            os.read(wake_r, 4096)
+            _reap(kernels)
+        if listener in ready:
+            _accept(listener, kernels, [listener.fileno(), wake_r, wake_w, sys.stdin.fileno()])
+        for fd, pid in conns.items():
+            if fd in ready and pid in kernels and not kernels[pid].recv(1):
+                _kill(pid)  # the launcher was killed: so is its kernel (reaped on SIGCHLD)
 
 
 def _accept(listener, kernels, server_fds):
