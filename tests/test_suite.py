@@ -97,3 +97,14 @@ def test_sanitizer_path_is_found_from_any_folder(tmp_path, monkeypatch):
     conftest.pytest_configure(config)
     assert config.option.nbval_sanitize_with == str(ROOT / "tests" / "sanitize.cfg")
     assert Path(config.option.nbval_sanitize_with).is_file()
+
+
+def test_the_controller_reports_the_device_a_worker_saw(monkeypatch):
+    """Under xdist the controller imports no torch: the summary line's device comes from a worker."""
+    monkeypatch.setattr(conftest, "_WORKER_DEVICE_LINE", {})
+    monkeypatch.setattr(conftest, "_device_line", lambda: pytest.fail("the controller must not import torch"))
+    conftest.pytest_testnodedown(SimpleNamespace(workeroutput={"device_line": "device: 8 x CUDA (X); torch 9"}), None)
+    lines = []
+    reporter = SimpleNamespace(write_line=lines.append)
+    conftest.pytest_terminal_summary(reporter, SimpleNamespace())
+    assert lines and "; device: 8 x CUDA (X); torch 9" in lines[0], lines
