@@ -173,16 +173,18 @@ def test_without_a_server_the_launcher_starts_an_ordinary_kernel(start, monkeypa
     assert not facts["preloaded"]
 
 
-def test_when_the_server_declines_the_launcher_starts_an_ordinary_kernel(start, monkeypatch, tmp_path):
+@pytest.mark.parametrize("reads", [True, False], ids=["after reading the request", "at once"])
+def test_when_the_server_declines_the_launcher_starts_an_ordinary_kernel(start, monkeypatch, tmp_path, reads):
     path = tmp_path / "declining"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
     listener.listen(1)
 
-    def decline():  # what the server does on a GPU build of torch: take the request, answer nothing, close
+    def decline():  # what the server does on a GPU build of torch: close the connection, answer nothing
         conn, _ = listener.accept()
         with conn:
-            kernel_server._receive(conn)
+            if reads:
+                kernel_server._receive(conn)
 
     declining = threading.Thread(target=decline)
     declining.start()

@@ -60,19 +60,19 @@ def launch(argv: list[str]) -> None:
     """Become a kernel forked by the server, or exec a normal one if there is none."""
     kernel_argv = ["-m", "ipykernel_launcher", *argv]
     path = os.environ.get(ENV, "")
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        conn.connect(path)
-    except OSError:
-        conn.close()
-        os.execv(sys.executable, [sys.executable, *kernel_argv])
     request = json.dumps({"argv": ["ipykernel_launcher", *argv], "env": dict(os.environ), "cwd": os.getcwd()})
     payload = request.encode()
-    socket.send_fds(conn, [HEADER.pack(len(payload))], [0, 1, 2])
-    conn.sendall(payload)
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     reader = conn.makefile("r")
-    line = reader.readline()
-    if not line.strip().isdigit():  # the server declined (a GPU build of torch) or went away: start as usual
+    try:
+        conn.connect(path)
+        socket.send_fds(conn, [HEADER.pack(len(payload))], [0, 1, 2])
+        conn.sendall(payload)
+        line = reader.readline()
+    except (OSError, ValueError):  # no server at that path, or it closed the connection
+        line = ""
+    if not line.strip().isdigit():  # no server, or it declined (a GPU build of torch): start as usual
+        reader.close()
         conn.close()
         os.execv(sys.executable, [sys.executable, *kernel_argv])
     pid = int(line)
