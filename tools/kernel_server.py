@@ -214,11 +214,13 @@ def _loop(listener, kernels) -> None:
 
 def _accept(listener, kernels, server_fds):
     conn, _ = listener.accept()
+    conn.settimeout(30)  # a launcher that connects and then stalls must not stall every other kernel
     try:
         request, fds = _receive(conn)
     except (OSError, ValueError):
         conn.close()
         return
+    conn.settimeout(None)
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
