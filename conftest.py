@@ -40,6 +40,8 @@ from pathlib import Path
 
 import pytest
 
+from tools import kernel_server
+
 # nbformat validates with jsonschema, whose optional IRI checker (rfc3987-syntax, pulled in by Jupyter)
 # compiles a grammar for over a second at import, in every worker. No notebook uses IRI formats: skip it.
 # nbval is loaded here, after this line, rather than as an auto-loaded plugin (`-p no:nbval` in addopts).
@@ -56,7 +58,6 @@ ALONE_TAG = "runs-alone"
 GPU_CELL = "gpu_cell"  # keyword on hardware-tagged items; it travels with their reports across xdist
 _LOCKS = pytest.StashKey[tuple[int, int]]()
 _SERVER = pytest.StashKey[tuple[subprocess.Popen, str]]()
-KERNEL_SERVER = Path(__file__).resolve().parent / "tools" / "kernel_server.py"
 _TALLY = {"run": 0, "skipped": 0, "failed": 0}  # GPU cells, counted where reports arrive
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -116,7 +117,7 @@ def pytest_unconfigure(config):
         process.stdin.close()  # the server kills any kernel left and exits
         process.wait(timeout=30)
         shutil.rmtree(folder, ignore_errors=True)
-        os.environ.pop("KERNEL_SERVER", None)
+        os.environ.pop(kernel_server.ENV, None)
 
 
 def forks_kernels(args, collect_only: bool, environ=os.environ, platform: str = sys.platform) -> bool:
@@ -131,19 +132,17 @@ def _start_kernel_server(config):
     """On the controller (or a run without workers): start the server the workers' kernels fork from."""
     if getattr(config, "workerinput", None) is not None:
         return
-    if Path(os.environ.get("KERNEL_SERVER") or "/nonexistent").exists():
+    outer = os.environ.get(kernel_server.ENV)
+    if outer and Path(outer).exists():
         return  # a run inside a run (tests/test_suite.py) uses the outer run's server
     folder = tempfile.mkdtemp(prefix="kernel-server-")
     path = os.path.join(folder, "socket")
-    process = subprocess.Popen(
-        [sys.executable, str(KERNEL_SERVER), "--serve", path], stdin=subprocess.PIPE, stdout=subprocess.PIPE
-    )
-    if process.stdout.readline() != b"listening\n":
-        process.kill()
+    process = kernel_server.start_server(path)
+    if process is None:
         shutil.rmtree(folder, ignore_errors=True)
         return
     config.stash[_SERVER] = (process, folder)
-    os.environ["KERNEL_SERVER"] = path  # the workers, started after this, inherit it
+    os.environ[kernel_server.ENV] = path  # the workers, started after this, inherit it
 
 
 def _launch_kernels_from_the_server():
@@ -157,8 +156,8 @@ def _launch_kernels_from_the_server():
 
     def get_kernel_spec(self, kernel_name):
         spec = plain(self, kernel_name)
-        if kernel_name == nbval.kernel.CURRENT_ENV_KERNEL_NAME and os.environ.get("KERNEL_SERVER"):
-            spec.argv = [sys.executable, "-S", str(KERNEL_SERVER), *spec.argv[spec.argv.index("-f") :]]
+        if kernel_name == nbval.kernel.CURRENT_ENV_KERNEL_NAME and os.environ.get(kernel_server.ENV):
+            spec.argv = kernel_server.launcher_argv()
         return spec
 
     manager.get_kernel_spec = get_kernel_spec
@@ -195,9 +194,7 @@ def pytest_collection_modifyitems(config, items):
             item.runtest = _fail_for_missing_gpu(reason)
         else:
             item.options["check"] = False
-    # Longest first (xdist hands out groups in this order): the browser, the decks, the notebooks (chapter 09
-    # runs torchrun jobs), then the unit tests, so that no long group starts last while a worker idles.
-    items.sort(key=_cost_rank)
+    items.sort(key=_cost_rank)  # xdist hands out groups in this order (see _ORDER)
 
 
 #: Where a test file or notebook goes in the run's order (lower: earlier). Longest first, so that no long

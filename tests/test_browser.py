@@ -27,8 +27,7 @@ from urllib.parse import urlparse
 import nbformat
 import pytest
 
-import conftest
-from tools import course
+from tools import course, kernel_server
 
 pytestmark = pytest.mark.xdist_group("browser")
 
@@ -134,8 +133,8 @@ def lab(tmp_path_factory):
     # fork that has imported torch already; conftest.py), or the usual way where the run has none.
     kernel = root / "share" / "kernels" / "python3"
     kernel.mkdir(parents=True)
-    argv = [sys.executable, "-S", str(conftest.KERNEL_SERVER), "-f", "{connection_file}"]
-    (kernel / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "Python 3 (ipykernel)",
+    (kernel / "kernel.json").write_text(json.dumps({"argv": kernel_server.launcher_argv(),
+                                                    "display_name": "Python 3 (ipykernel)",
                                                     "language": "python", "metadata": {"debugger": True}}))
     env = dict(os.environ, JUPYTER_CONFIG_DIR=str(root / "config"), JUPYTER_RUNTIME_DIR=str(root / "rt"),
                JUPYTER_PATH=os.pathsep.join(filter(None, [str(root / "share"), os.environ.get("JUPYTER_PATH")])),

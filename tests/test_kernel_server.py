@@ -32,12 +32,8 @@ PRELOADED = "mailbox"  # stands in for torch: imported by the server, by no fres
 
 
 def start_server(path: Path) -> subprocess.Popen:
-    process = subprocess.Popen(
-        [sys.executable, conftest.KERNEL_SERVER, "--serve", path, "--preload", f"ipykernel.kernelapp,{PRELOADED}"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-    )
-    assert process.stdout.readline() == b"listening\n"
+    process = kernel_server.start_server(path, preload=("ipykernel.kernelapp", PRELOADED))
+    assert process is not None, "the server did not start"
     return process
 
 
@@ -64,7 +60,7 @@ def start(tmp_path):
     """Start a kernel the way nbval does, through the launcher; shut them all down afterwards."""
     specs = tmp_path / "kernels" / "forked"
     specs.mkdir(parents=True)
-    argv = [sys.executable, "-S", str(conftest.KERNEL_SERVER), "-f", "{connection_file}"]
+    argv = kernel_server.launcher_argv()
     (specs / "kernel.json").write_text(json.dumps({"argv": argv, "language": "python", "display_name": "forked"}))
     started = []
 
@@ -221,7 +217,7 @@ def test_nbvals_kernel_starts_through_the_launcher_while_there_is_a_server(monke
     manager = nbval.kernel.NbvalKernelspecManager()
     monkeypatch.setenv(kernel_server.ENV, "/some/socket")
     spec = manager.get_kernel_spec(nbval.kernel.CURRENT_ENV_KERNEL_NAME)
-    assert spec.argv == [sys.executable, "-S", str(conftest.KERNEL_SERVER), "-f", "{connection_file}"]
+    assert spec.argv == [sys.executable, "-S", os.path.abspath(kernel_server.__file__), "-f", "{connection_file}"]
     monkeypatch.delenv(kernel_server.ENV)
     spec = manager.get_kernel_spec(nbval.kernel.CURRENT_ENV_KERNEL_NAME)
     assert spec.argv[1:] == ["-m", "ipykernel_launcher", "-f", "{connection_file}"]

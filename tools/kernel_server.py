@@ -53,6 +53,27 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signa
 PRELOAD = ("torch", "torch._dynamo", "ipykernel.kernelapp", "ipykernel.ipkernel")
 
 
+def launcher_argv() -> list[str]:
+    """A kernel spec's argv that starts the kernel through the server (or the usual way without one)."""
+    return [sys.executable, "-S", os.path.abspath(__file__), "-f", "{connection_file}"]
+
+
+def start_server(path, preload: tuple[str, ...] | None = None):
+    """Start a server listening on ``path``; its ``subprocess.Popen``, or None if it did not come up.
+    Closing its standard input stops it."""
+    import subprocess
+
+    args = [sys.executable, os.path.abspath(__file__), "--serve", str(path)]
+    if preload is not None:
+        args += ["--preload", ",".join(preload)]
+    process = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    if process.stdout.readline() != b"listening\n":
+        process.kill()
+        process.wait()
+        return None
+    return process
+
+
 # ---- the launcher (the process jupyter_client starts and manages as "the kernel") ----
 
 
