@@ -123,6 +123,17 @@ def test_each_kernel_is_a_new_process_with_its_launchers_folder_and_environment(
     assert seen[0]["random"] != seen[1]["random"]  # ...and forks do not share random state
 
 
+def test_a_launcher_that_dies_before_asking_does_not_stop_the_server(server, shared_server, start):
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as gone_at_once:
+        gone_at_once.connect(str(shared_server))  # and closes without sending a request
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as half_a_header:
+        half_a_header.connect(str(shared_server))
+        half_a_header.sendall(b"\0\0\0")
+    km, kc = start()
+    facts, reply = run(kc, PROBE)
+    assert reply["status"] == "ok" and facts["preloaded"], reply  # still served by the same server
+
+
 def test_interrupt_reaches_the_kernel(server, start):
     km, kc = start()
     msg_id = kc.execute("import time\nprint('sleeping', flush=True)\ntime.sleep(60)")

@@ -119,14 +119,21 @@ def launch(argv: list[str]) -> None:
 
 def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
     header, fds, _flags, _addr = socket.recv_fds(conn, HEADER.size, 3)
-    (size,) = HEADER.unpack(header)
-    data = b""
-    while len(data) < size:
-        chunk = conn.recv(size - len(data))
-        if not chunk:
-            raise ConnectionError("launcher went away mid-request")
-        data += chunk
-    return json.loads(data), fds
+    try:
+        if len(header) != HEADER.size or len(fds) != 3:  # a launcher killed before (or while) it asked
+            raise ConnectionError("launcher went away before its request")
+        (size,) = HEADER.unpack(header)
+        data = b""
+        while len(data) < size:
+            chunk = conn.recv(size - len(data))
+            if not chunk:
+                raise ConnectionError("launcher went away mid-request")
+            data += chunk
+        return json.loads(data), fds
+    except (OSError, ValueError):
+        for fd in fds:  # the launcher's streams, which no kernel will take
+            os.close(fd)
+        raise
 
 
 def _become_kernel(request: dict, fds: list[int], keep_none_of: list[int]) -> None:
