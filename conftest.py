@@ -31,6 +31,7 @@ keeps the other workers from slipping new tests in while it waits.
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import subprocess
@@ -105,6 +106,7 @@ def pytest_configure(config):
         option.nbval_sanitize_with = str(config.rootpath / sanitize)
     _TALLY.update(run=0, skipped=0, failed=0)
     config.addinivalue_line("markers", f"{GPU_CELL}: a notebook cell that needs a GPU")
+    _quiet_nbval_logging()
     if forks_kernels(config.args, config.option.collectonly):
         _start_kernel_server(config)
         _launch_kernels_from_the_server()
@@ -145,6 +147,14 @@ def _start_kernel_server(config):
     os.environ[kernel_server.ENV] = path  # the workers, started after this, inherit it
 
 
+def pytest_collection_finish(session):
+    """Once the tests are collected, every object alive now (modules, test items, torch's own tables) lives
+    until the worker exits: freezing them keeps each later garbage collection from walking them all again
+    (ddp_train's ``gc.collect()``, pytest's own at the end, and the automatic ones in between)."""
+    gc.collect()
+    gc.freeze()
+
+
 def _launch_kernels_from_the_server():
     """nbval's kernel (``--nbval-current-env``) starts as the server's launcher instead of ipykernel."""
     import nbval.kernel
@@ -162,6 +172,25 @@ def _launch_kernels_from_the_server():
 
     manager.get_kernel_spec = get_kernel_spec
     manager._forked = True
+
+
+class _Lazy:
+    """``pformat(msg)`` only when the log line is written: nbval pretty-prints every kernel message for a
+    debug log that is off (about 7 ms a cell)."""
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __str__(self):
+        import pprint
+
+        return pprint.pformat(self.obj)
+
+
+def _quiet_nbval_logging():
+    import nbval.kernel
+
+    nbval.kernel.pformat = _Lazy
 
 
 def _fail_for_missing_gpu(reason: str):

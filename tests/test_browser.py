@@ -128,6 +128,11 @@ def lab(tmp_path_factory):
     settings.mkdir(parents=True)
     (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false",
                                                                            "checkForUpdates": False}))
+    # No build check: the page would ask the server whether JupyterLab needs rebuilding, and the server would
+    # ask yarn (a Node.js process) for its configuration to find out. Nothing here is ever rebuilt.
+    labconfig = root / "config" / "labconfig"
+    labconfig.mkdir(parents=True)
+    (labconfig / "page_config.json").write_text(json.dumps({"buildCheck": False, "buildAvailable": False}))
     port, token = _free_port(), secrets.token_hex(16)
     # The notebook's kernel, "python3", starts through the test run's kernel server like nbval's kernels (a
     # fork that has imported torch already; conftest.py), or the usual way where the run has none.

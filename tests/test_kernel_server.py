@@ -102,7 +102,8 @@ import os, random, sys
 from ipykernel.kernelapp import IPKernelApp
 result = {{"pid": os.getpid(), "cwd": os.getcwd(), "mark": os.environ.get("MARK"), "random": random.random(),
           "preloaded": {PRELOADED!r} in sys.modules, "bound": {PRELOADED!r} in dir(),
-          "parent": IPKernelApp.instance().parent_handle, "jpy_parent": int(os.environ["JPY_PARENT_PID"])}}
+          "parent": IPKernelApp.instance().parent_handle, "jpy_parent": int(os.environ["JPY_PARENT_PID"]),
+          "frozen": __import__("gc").get_freeze_count()}}
 """
 
 
@@ -116,6 +117,7 @@ def test_each_kernel_is_a_new_process_with_its_launchers_folder_and_environment(
         assert reply["status"] == "ok", reply
         assert facts["cwd"] == str(folder) and facts["mark"] == mark
         assert facts["preloaded"] and not facts["bound"]  # imported by the server, no name given
+        assert facts["frozen"] > 1000  # what the server imported is out of the kernel's garbage collections
         assert facts["parent"] == facts["jpy_parent"] == os.getpid()  # read again from the kernel's environment
         assert facts["pid"] != km.provisioner.process.pid  # the launcher is not the kernel...
         seen.append(facts)

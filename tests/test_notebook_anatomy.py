@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 import nbformat
@@ -15,7 +16,9 @@ CHAPTERS = [c for c in PRESENT if c.number != "00"]
 REQUIRED_HEADINGS = ["## What you will learn", "## Summary", "## Exercises", "## Further reading"]
 
 
+@functools.cache
 def load(ch):
+    """The chapter as committed, read once per worker (the tests here only read it)."""
     return nbformat.read(ch.path, as_version=4)
 
 

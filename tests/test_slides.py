@@ -11,6 +11,7 @@ turns a skip into a failure.
 from __future__ import annotations
 
 import base64
+import functools
 import re
 import struct
 import zlib
@@ -174,6 +175,12 @@ def test_the_deck_template_names_no_network_resource():
 
 # --- every chapter's deck, in a browser ------------------------------------------------------------------------
 
+@functools.cache
+def synced(ch):
+    """The chapter as ``tools.course sync`` makes it, once per worker (the tests here only read it)."""
+    return course.synced(ch, nbformat.read(ch.path, as_version=4))
+
+
 def banned_text(nb) -> list[str]:
     """Lines that must not be visible: the setup cell's and the reference solutions' own lines (those that
     no shown cell also has), and widget reprs."""
@@ -312,7 +319,7 @@ def slide_counts(html: str) -> tuple[int, int]:
 
 def test_every_chapter_exports_to_a_deck(decks):
     for ch in CHAPTERS:
-        nb = course.synced(ch, nbformat.read(ch.path, as_version=4))
+        nb = synced(ch)
         kinds = [c.metadata["slideshow"]["slide_type"] for c in nb.cells]
         sections = sum(c.cell_type == "markdown" and c.source.startswith("## ") for c in nb.cells)
         assert kinds.count("slide") == 1 + sections, "one slide for the title and one per section"
@@ -332,7 +339,7 @@ def test_every_slide_fits_reads_well_and_needs_no_network(walked, ch):
     assert deck["total"] == len(deck["slides"]) and deck["last"], "the deck does not navigate to its end"
     assert not deck["errors"], deck["errors"][:3]
     assert deck["fonts"], "the deck's font (Source Sans Pro, copied next to the deck) did not load"
-    nb = course.synced(ch, nbformat.read(ch.path, as_version=4))
+    nb = synced(ch)
     if slides._has_math(nb):
         assert deck["math"] and not deck["mathErrors"], "MathJax (local copy) did not typeset the formulas"
     banned = banned_text(nb)

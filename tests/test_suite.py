@@ -108,3 +108,18 @@ def test_the_controller_reports_the_device_a_worker_saw(monkeypatch):
     reporter = SimpleNamespace(write_line=lines.append)
     conftest.pytest_terminal_summary(reporter, SimpleNamespace())
     assert lines and "; device: 8 x CUDA (X); torch 9" in lines[0], lines
+
+
+def test_collected_objects_are_frozen_and_nbval_formats_messages_only_for_its_debug_log():
+    import gc
+    import logging
+    import pprint
+
+    import nbval.kernel
+
+    assert gc.get_freeze_count() > 0, "this run's worker froze what collection left alive"
+    message = {"header": {"msg_type": "stream"}, "content": {"text": "x" * 100}}
+    lazy = nbval.kernel.pformat(message)
+    assert lazy is not None and not isinstance(lazy, str)  # nothing formatted yet...
+    assert str(lazy) == pprint.pformat(message)  # ...and the log line, when written, reads as before
+    assert not logging.getLogger("nbval").isEnabledFor(logging.DEBUG)

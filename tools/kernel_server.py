@@ -207,6 +207,12 @@ def _preload(names) -> bool:
         module = importlib.import_module(name)
         if name == "torch" and not fork_safe(module):
             return False
+    # What was imported lives as long as each kernel: freezing it keeps every garbage collection in every
+    # kernel from walking it again (and the forks from copying the pages such a walk would touch).
+    import gc
+
+    gc.collect()
+    gc.freeze()
     return True
 
 
