@@ -193,6 +193,25 @@ def _quiet_nbval_logging():
     nbval.kernel.pformat = _Lazy
 
 
+@pytest.fixture(scope="session")
+def browser():
+    """One headless Chromium, driven by playwright, for tests/test_browser.py and tests/test_slides.py (one
+    xdist group: they run on one worker, and start the browser once). Skips, or fails under
+    ``REQUIRE_BROWSER=1``, where Chromium or playwright is missing."""
+    from test_browser import CHROMIUM_FLAGS, chromium_or_skip
+
+    chromium = chromium_or_skip()
+    from playwright.sync_api import sync_playwright
+
+    p = sync_playwright().start()
+    try:
+        b = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        yield b
+        b.close()
+    finally:
+        p.stop()
+
+
 def _fail_for_missing_gpu(reason: str):
     def fail():
         pytest.fail(reason, pytrace=False)

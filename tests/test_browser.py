@@ -1,8 +1,9 @@
 """A learner's and a teacher's view: JupyterLab in headless Chromium runs a chapter, moving a widget redraws
 its figure, and RISE presents a chapter as a live slideshow.
 
-Both tests share one JupyterLab server and one Chromium (module-scoped fixtures; the module is one xdist
-group, so both run on the same worker). Needs Chromium (Debian/Ubuntu: `apt-get install chromium`) and the
+Both tests share one JupyterLab server (a module-scoped fixture) and one Chromium, the ``browser`` fixture
+of conftest.py, which tests/test_slides.py uses too (both modules are one xdist group, so all of them run
+on the same worker). Needs Chromium (Debian/Ubuntu: `apt-get install chromium`) and the
 `playwright` package from requirements.txt (it drives the system's Chromium; it downloads no browser).
 Without them the tests are skipped with that message, unless REQUIRE_BROWSER=1 (set by CI), which turns
 the skip into a failure. tests/test_slides.py uses the same Chromium for the exported decks.
@@ -101,20 +102,6 @@ def excerpt():
     assert "setup" in nb.cells[3].metadata["tags"] and nb.cells[4].source.startswith("## ")
     course._set_slideshow(nb, nb.cells)
     return nb
-
-
-@pytest.fixture(scope="module")
-def browser():
-    chromium = chromium_or_skip()
-    from playwright.sync_api import sync_playwright
-
-    p = sync_playwright().start()
-    try:
-        b = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
-        yield b
-        b.close()
-    finally:
-        p.stop()
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ import pytest
 
 from tools import course, slides
 
-pytestmark = pytest.mark.xdist_group("slides")
+pytestmark = pytest.mark.xdist_group("browser")  # the Chromium of tests/test_browser.py (conftest.py)
 
 CHAPTERS = [c for c in course.CHAPTERS if c.path.exists()]
 MIN_TEXT_PX = 13
@@ -274,32 +274,26 @@ def decks(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def walked(decks):
+def walked(decks, browser):
     """Every deck opened in one headless Chromium page at 1280x720, every slide measured, every request
     logged."""
-    from test_browser import CHROMIUM_FLAGS, chromium_or_skip
-
-    chromium = chromium_or_skip()
-    from playwright.sync_api import sync_playwright
-
     results = {}
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
-        try:
-            page = browser.new_context(viewport={"width": 1280, "height": 720}).new_page()
-            log = {"requests": [], "failed": [], "errors": []}
-            page.on("request", lambda request: log["requests"].append(request.url))
-            page.on("requestfailed", lambda request: log["failed"].append(request.url))
-            page.on("pageerror", lambda exc: log["errors"].append(str(exc)))
-            for number, path in decks.items():
-                for entries in log.values():
-                    entries.clear()
-                page.goto(path.as_uri(), wait_until="commit")
-                page.wait_for_function("window.Reveal && Reveal.isReady()", timeout=30_000)
-                page.evaluate("document.fonts.ready.then(() => true)")
-                results[number] = {**page.evaluate(WALK), **{k: list(v) for k, v in log.items()}}
-        finally:
-            browser.close()
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    try:
+        page = context.new_page()
+        log = {"requests": [], "failed": [], "errors": []}
+        page.on("request", lambda request: log["requests"].append(request.url))
+        page.on("requestfailed", lambda request: log["failed"].append(request.url))
+        page.on("pageerror", lambda exc: log["errors"].append(str(exc)))
+        for number, path in decks.items():
+            for entries in log.values():
+                entries.clear()
+            page.goto(path.as_uri(), wait_until="commit")
+            page.wait_for_function("window.Reveal && Reveal.isReady()", timeout=30_000)
+            page.evaluate("document.fonts.ready.then(() => true)")
+            results[number] = {**page.evaluate(WALK), **{k: list(v) for k, v in log.items()}}
+    finally:
+        context.close()
     return results
 
 
