@@ -32,7 +32,7 @@ PRELOADED = "mailbox"  # stands in for torch: imported by the server, by no fres
 
 
 def start_server(path: Path) -> subprocess.Popen:
-    process = kernel_server.start_server(path, preload=("ipykernel.kernelapp", PRELOADED))
+    process = kernel_server.start_server(path, preload=("ipykernel.kernelapp", PRELOADED, "matplotlib"))
     assert process is not None, "the server did not start"
     return process
 
@@ -103,21 +103,26 @@ from ipykernel.kernelapp import IPKernelApp
 result = {{"pid": os.getpid(), "cwd": os.getcwd(), "mark": os.environ.get("MARK"), "random": random.random(),
           "preloaded": {PRELOADED!r} in sys.modules, "bound": {PRELOADED!r} in dir(),
           "parent": IPKernelApp.instance().parent_handle, "jpy_parent": int(os.environ["JPY_PARENT_PID"]),
-          "frozen": __import__("gc").get_freeze_count()}}
+          "frozen": __import__("gc").get_freeze_count(),
+          "backend": sys.modules["matplotlib"].rcParams._get("backend") if "matplotlib" in sys.modules else None}}
 """
 
 
 def test_each_kernel_is_a_new_process_with_its_launchers_folder_and_environment(server, start, tmp_path):
     seen = []
-    for mark in ("a", "b"):
+    plain = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
+    for mark, backend in (("a", "agg"), ("b", None)):
         folder = tmp_path / mark
         folder.mkdir()
-        km, kc = start(cwd=str(folder), env={**os.environ, "MARK": mark})
+        km, kc = start(cwd=str(folder), env={**plain, "MARK": mark, **({"MPLBACKEND": backend} if backend else {})})
         facts, reply = run(kc, PROBE)
         assert reply["status"] == "ok", reply
         assert facts["cwd"] == str(folder) and facts["mark"] == mark
         assert facts["preloaded"] and not facts["bound"]  # imported by the server, no name given
         assert facts["frozen"] > 1000  # what the server imported is out of the kernel's garbage collections
+        # matplotlib, imported by the server, takes its backend from the kernel's environment, as if imported
+        # there: the one named, else ipykernel's inline backend
+        assert facts["backend"] == (backend or kernel_server.INLINE_BACKEND)
         assert facts["parent"] == facts["jpy_parent"] == os.getpid()  # read again from the kernel's environment
         assert facts["pid"] != km.provisioner.process.pid  # the launcher is not the kernel...
         seen.append(facts)

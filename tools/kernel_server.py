@@ -11,10 +11,10 @@ standard streams (the launcher's, i.e. what jupyter_client gave the kernel). ``t
 ``sys.modules`` (with what torch imports on first use, see ``PRELOAD``) but bound to no name until the
 chapter's setup cell imports it, as in any fresh kernel. Nothing here is used outside the tests: Jupyter,
 Colab and Binder start kernels the usual way, and ``FRESH_KERNELS=1`` makes the test run do so too.
-One difference remains: what torch and ipykernel read from the environment *at import* comes from the
-test run's environment, since the server imported them. ipykernel's parent PID is set again for each
-kernel; torch reads the variables that matter here (``CUDA_VISIBLE_DEVICES``, the allocator's settings)
-when CUDA starts, which happens in the kernel.
+One difference remains: what torch, ipykernel and matplotlib read from the environment *at import* comes
+from the test run's environment, since the server imported them. ipykernel's parent PID and matplotlib's
+backend are set again for each kernel; torch reads the variables that matter here
+(``CUDA_VISIBLE_DEVICES``, the allocator's settings) when CUDA starts, which happens in the kernel.
 
 How. ``conftest.py`` starts the server (``python tools/kernel_server.py --serve SOCKET``) and points the
 kernel spec of nbval (and of the browser test's JupyterLab) at the launcher,
@@ -47,10 +47,13 @@ import sys
 ENV = "KERNEL_SERVER"  # the socket's path, for the launchers
 HEADER = struct.Struct("!Q")
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
-#: What every chapter's kernel would import anyway: torch; torch._dynamo and sympy, which the first
-#: ``optimizer.step()`` imports (about 2 s); ipykernel. Not matplotlib: it reads its backend from the
-#: environment at import, and the kernel's environment is only known after the fork.
-PRELOAD = ("torch", "torch._dynamo", "ipykernel.kernelapp", "ipykernel.ipkernel")
+#: What the chapters' kernels import: torch; torch._dynamo and sympy, which the first ``optimizer.step()``
+#: imports (about 2 s); ipykernel; matplotlib's pyplot (about 0.7 s; the explorers and the figures of four
+#: chapters). matplotlib reads its backend from ``MPLBACKEND`` at import, so each kernel sets it again from
+#: its own environment (:func:`_follow_environment`), as a fresh import would.
+PRELOAD = ("torch", "torch._dynamo", "ipykernel.kernelapp", "ipykernel.ipkernel", "matplotlib.pyplot")
+#: The backend ipykernel gives matplotlib where the kernel's environment names none.
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 
 
 def launcher_argv() -> list[str]:
@@ -149,6 +152,7 @@ def _become_kernel(request: dict, fds: list[int], keep_none_of: list[int]) -> No
         os.close(fd)
     os.environ.clear()
     os.environ.update(request["env"])
+    _follow_environment(os.environ)
     os.chdir(request["cwd"])
     sys.argv = list(request["argv"])
     sys.path[0] = request["cwd"]  # as `python -m` sets it
@@ -179,6 +183,16 @@ def _become_kernel(request: dict, fds: list[int], keep_none_of: list[int]) -> No
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(status)
+
+
+def _follow_environment(environ) -> None:
+    """What the server's imports read from *its* environment, read again from the kernel's: matplotlib's
+    backend (``MPLBACKEND``, else the inline backend that ipykernel sets for every kernel)."""
+    matplotlib = sys.modules.get("matplotlib")
+    if matplotlib is not None:
+        backend = environ.get("MPLBACKEND") or INLINE_BACKEND
+        # stored, not switched to: the backend module is imported on first use, once the kernel runs
+        matplotlib.rcParams["backend"] = matplotlib.rcParamsOrig["backend"] = backend
 
 
 def serve(path: str, preload: tuple[str, ...] = PRELOAD) -> None:
