@@ -206,15 +206,20 @@ def _local(url: str) -> bool:
 
 
 #: Lays every slide out at once, each where reveal.js shows it and with all its fragments visible (one
-#: layout pass: navigating slide by slide costs a layout of the whole deck per slide), then measures each.
+#: layout pass: navigating slide by slide costs a layout of the whole deck per slide), waits for the fonts
+#: that the text now shown asks for (a face used only on a later slide, such as semibold italic, is not
+#: loaded yet: measured in a fallback font, and its request cancelled when the slides hide again), then
+#: measures each.
 WALK = """
-() => {
+async () => {
   const R = window.Reveal;
   R.configure({transition: 'none'});
   const all = document.createElement('style');
   all.textContent = `.reveal .slides section { display: block !important; transform: none !important; }
     .reveal .slides .fragment { visibility: visible !important; opacity: 1 !important; }`;
   document.head.appendChild(all);
+  document.body.getBoundingClientRect();  // lay the slides out now: their text asks for its fonts
+  await document.fonts.ready;
   const scale = R.getScale();
   const box = document.querySelector('.reveal .slides').getBoundingClientRect();
   const shown = new Map();  // element -> rendered and visible (display, visibility, ancestors included)
@@ -290,7 +295,6 @@ def walked(decks, browser):
                 entries.clear()
             page.goto(path.as_uri(), wait_until="commit")
             page.wait_for_function("window.Reveal && Reveal.isReady()", timeout=30_000)
-            page.evaluate("document.fonts.ready.then(() => true)")
             results[number] = {**page.evaluate(WALK), **{k: list(v) for k, v in log.items()}}
     finally:
         context.close()
