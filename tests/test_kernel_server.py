@@ -130,6 +130,18 @@ def test_each_kernel_is_a_new_process_with_its_launchers_folder_and_environment(
     assert seen[0]["random"] != seen[1]["random"]  # ...and forks do not share random state
 
 
+def test_a_backend_matplotlib_refuses_fails_its_import_in_the_kernel_as_in_a_fresh_one(server, start):
+    _, kc = start(env={**os.environ, "MPLBACKEND": "no-such-backend"})
+    message, reply = run(kc, "try:\n    import matplotlib\n    result = 'imported'\n"
+                             "except ValueError as error:\n    result = str(error)")
+    assert reply["status"] == "ok", reply
+    assert "'no-such-backend' is not a valid value for backend" in message
+    _, kc = start()  # the server, and the kernels it forks after, are unharmed
+    facts, reply = run(kc, PROBE)
+    assert reply["status"] == "ok"
+    assert facts["backend"] == (os.environ.get("MPLBACKEND") or kernel_server.INLINE_BACKEND)
+
+
 def test_a_launcher_that_dies_before_asking_does_not_stop_the_server(server, shared_server, start):
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as gone_at_once:
         gone_at_once.connect(str(shared_server))  # and closes without sending a request

@@ -140,29 +140,32 @@ def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
 
 
 def _become_kernel(request: dict, fds: list[int], keep_none_of: list[int]) -> None:
-    """In the forked child: take the launcher's streams, environment and folder, then run ipykernel."""
-    for fd in keep_none_of:
-        os.close(fd)
-    signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    for target, fd in enumerate(fds):
-        os.dup2(fd, target)
-        os.close(fd)
-    os.environ.clear()
-    os.environ.update(request["env"])
-    _follow_environment(os.environ)
-    os.chdir(request["cwd"])
-    sys.argv = list(request["argv"])
-    sys.path[0] = request["cwd"]  # as `python -m` sets it
-    import random
+    """In the forked child: take the launcher's streams, environment and folder, then run ipykernel.
 
-    random.seed()
-    if "numpy.random" in sys.modules:
-        sys.modules["numpy.random"].seed()
+    Never returns: whatever happens, the child exits here (returning would run the server's loop, and its
+    clean-up, in the child)."""
     status = 0
     try:
+        for fd in keep_none_of:
+            os.close(fd)
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        _follow_environment(os.environ)
+        os.chdir(request["cwd"])
+        sys.argv = list(request["argv"])
+        sys.path[0] = request["cwd"]  # as `python -m` sets it
+        import random
+
+        random.seed()
+        if "numpy.random" in sys.modules:
+            sys.modules["numpy.random"].seed()
         from ipykernel import kernelapp
 
         # ipykernel read its parent's PID from the environment when the server imported it: say it again
@@ -189,10 +192,17 @@ def _follow_environment(environ) -> None:
     """What the server's imports read from *its* environment, read again from the kernel's: matplotlib's
     backend (``MPLBACKEND``, else the inline backend that ipykernel sets for every kernel)."""
     matplotlib = sys.modules.get("matplotlib")
-    if matplotlib is not None:
-        backend = environ.get("MPLBACKEND") or INLINE_BACKEND
+    if matplotlib is None:
+        return
+    backend = environ.get("MPLBACKEND") or INLINE_BACKEND
+    try:
         # stored, not switched to: the backend module is imported on first use, once the kernel runs
         matplotlib.rcParams["backend"] = matplotlib.rcParamsOrig["backend"] = backend
+    except ValueError:
+        # a backend matplotlib refuses: forget the import, so that the kernel's own `import matplotlib`
+        # fails with matplotlib's message, as in a fresh kernel
+        for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+            del sys.modules[name]
 
 
 def serve(path: str, preload: tuple[str, ...] = PRELOAD) -> None:
