@@ -247,11 +247,14 @@ def pytest_collection_modifyitems(config, items):
 
 #: Where a test file or notebook goes in the run's order (lower: earlier). Longest first, so that no long
 #: group starts last while the other worker idles: the browser, the decks, chapter 09 (torchrun jobs), the
-#: tests that start interpreters, then the other notebooks (chapter 08 last: its timing cells wait for the
-#: test running on the other worker, which should then be a short one), then the unit tests.
+#: tests that start interpreters or take a second or more, then the other notebooks, chapter 08 last of
+#: them, then the unit tests that take milliseconds each. Chapter 08's timing cells wait for the test that
+#: runs on the other worker to finish: that test should then be one of the short ones.
 _ORDER = (
     "test_browser.py", "test_slides.py", "09_data_parallel_training.ipynb", "test_launch.py", "test_suite.py",
-    "test_kernel_server.py", "02_parameters.ipynb", "05_saving_and_loading.ipynb", "01_layers_and_blocks.ipynb",
+    "test_kernel_server.py", "test_index_explorer.py", "test_ddp_train.py", "test_init_explorer.py",
+    "test_checkpoint.py", "test_doctor.py", "test_import.py",
+    "02_parameters.ipynb", "05_saving_and_loading.ipynb", "01_layers_and_blocks.ipynb",
     "07_gather_and_scatter.ipynb", "06_gpu_placement.ipynb", "03_parameter_tying.ipynb",
     "04_custom_layers.ipynb", "00_index.ipynb", "08_multi_gpu_timing.ipynb",
 )
