@@ -82,6 +82,16 @@ def other_signature(state_dict, strip="module."):
     return {k.removeprefix(strip): v for k, v in state_dict.items()}
 
 
+def split_first_dot(state_dict, prefix="module."):
+    return {(k.split(".", 1)[1] if k.startswith(prefix) else k): v for k, v in state_dict.items()}
+
+
+def same_if_nothing(state_dict, prefix="module."):
+    if not any(k.startswith(prefix) for k in state_dict):
+        return state_dict
+    return {k.removeprefix(prefix): v for k, v in state_dict.items()}
+
+
 STRIP_WRONG = {
     with_replace: "the key 'module.submodule.weight' became 'subweight'",
     with_lstrip: "the key 'module.encoder.weight' became 'ncoder.weight'",
@@ -97,6 +107,9 @@ STRIP_WRONG = {
     copies_values: "keep the same tensors as values, not copies",
     list_of_pairs: "return a dict (an OrderedDict is fine); got list",
     other_signature: "calling strip_prefix(state_dict, prefix='module.') on mixed keys raised TypeError",
+    split_first_dot: "the key 'backbone.body.conv.weight' became 'body.conv.weight'; expected 'conv.weight': a "
+                     "prefix can have several parts",
+    same_if_nothing: "return a new dict, also when no key starts with the prefix",
 }
 
 
@@ -233,6 +246,19 @@ def save_nothing(path, model, optimizer, step):
     pass
 
 
+def save_without_step(path, model, optimizer, step):
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state()},
+               path)
+
+
+def load_step_from_adam(path, model, optimizer):
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    torch.set_rng_state(checkpoint["rng"])
+    return int(checkpoint["optimizer"]["state"][0]["step"])  # Adam's count, equal to the step only by chance
+
+
 def load_state(path, model, optimizer):
     return _restore(torch.load(path, map_location="cpu"), model, optimizer)
 
@@ -245,7 +271,9 @@ RESUME_WRONG = [
     (save_optimizer_settings_only, load_optimizer_settings_only, "the optimizer's state (Adam's step counts"),
     (save_state, load_without_model, "after load the model must hold the saved weights"),
     (save_state, load_whole_file_non_strict, "after load the model must hold the saved weights"),
-    (save_state, load_returns_three, "the step stored in the checkpoint (5 for this one), not a constant; got 3"),
+    (save_state, load_returns_three, "(500 for this one), not a constant or Adam's own step count; got 3"),
+    (save_without_step, load_step_from_adam, "the step that save was given, stored in the checkpoint (500 for "
+                                             "this one), not a constant or Adam's own step count; got 5"),
     (save_state, load_without_map_location, "a GPU this machine does not have raised RuntimeError"),
     (save_state, load_checkpoint_without_map_location, "load with map_location='cpu'"),
     (save_whole_objects, load_whole_objects, "holds a pickled object (torch.save(model)"),

@@ -44,25 +44,32 @@ _HOW = (
 )
 
 
-def _key_hint(given: OrderedDict, out: dict, want: list[str], prefix: str) -> str:
+def _key_hint(given: OrderedDict, out: dict, want: list[str], prefix: str, named: bool) -> str:
     """Name the first key of ``given`` that did not become its ``want`` entry in ``out``.
 
     Each given key is followed through the tensor it holds (values stay the same tensors); an answer that
-    copies the values is followed by position instead.
+    copies the values is followed by position instead. ``named``: the prefix was passed as an argument.
     """
     got = list(out)
     owner = {id(v): k for k, v in out.items()}
+    # A prefix other than the default, passed as an argument: a hard-coded 'module.' is a likely cause.
+    argument = ". Use the prefix argument rather than a hard-coded 'module.'" if named and prefix != "module." else ""
     for i, ((before, value), expected) in enumerate(zip(given.items(), want, strict=True)):
         after = owner.get(id(value), got[i] if len(got) == len(given) else None)
         if after == expected:
             continue
         if after is None:
             return (f"with prefix={prefix!r}, the key {before!r} is missing from the result (expected "
-                    f"{expected!r}): keep every key, and a key without the prefix stays as it is")
+                    f"{expected!r}): keep every key, and a key without the prefix stays as it is{argument}")
         if after == before:
-            return f"with prefix={prefix!r}, the key {before!r} kept its prefix; expected {expected!r}"
-        return f"with prefix={prefix!r}, the key {before!r} became {after!r}; expected {expected!r}. {_HOW}"
-    return f"with prefix={prefix!r}, expected exactly the keys {want}; got {got}"
+            return f"with prefix={prefix!r}, the key {before!r} kept its prefix; expected {expected!r}{argument}"
+        if prefix.count(".") > 1 and before.startswith(prefix) and after == before.split(".", 1)[1]:
+            return (f"with prefix={prefix!r}, the key {before!r} became {after!r}; expected {expected!r}: a "
+                    "prefix can have several parts, so remove all of it (len(prefix) characters), not the text "
+                    "up to the first '.'")
+        return (f"with prefix={prefix!r}, the key {before!r} became {after!r}; expected {expected!r}. "
+                f"{_HOW}{argument}")
+    return f"with prefix={prefix!r}, expected exactly the keys {want}; got {got}{argument}"
 
 
 def _judge_keys(fn: Callable[..., object], given: OrderedDict, prefix: str | None, what: str) -> None:
@@ -77,12 +84,14 @@ def _judge_keys(fn: Callable[..., object], given: OrderedDict, prefix: str | Non
         list(given) == keys and all(a is b for a, b in zip(given.values(), values, strict=True)),
         "do not modify the state dict you were given: build a new one (a caller may still need the original)",
     )
+    expect(
+        out is not given,
+        "return a new dict, also when no key starts with the prefix: the dict you were given, handed back, is "
+        "shared with the caller, so a change to either shows in the other",
+    )
     want = [k[len(p):] if k.startswith(p) else k for k in keys]
     if sorted(out) != sorted(want):  # the order of the keys does not matter to load_state_dict
-        hint = _key_hint(given, out, want, p)
-        if prefix is not None and prefix != "module.":
-            hint += ". Use the prefix argument rather than a hard-coded 'module.'"
-        expect(False, hint)
+        expect(False, _key_hint(given, out, want, p, named=prefix is not None))
     expect(
         all(out[w] is v for w, v in zip(want, values, strict=True)),
         "keep the same tensors as values, not copies: only the names change, and a copy doubles the memory "
@@ -112,6 +121,14 @@ def check_strip_prefix(fn: Callable[..., dict]) -> None:
 
     compiled = OrderedDict([("_orig_mod.encoder.weight", t[0]), ("_orig_mod.steps", t[1]), ("module.x", t[2])])
     _judge_keys(fn, compiled, "_orig_mod.", "calling strip_prefix(state_dict, prefix='_orig_mod.')")
+
+    # A prefix of two parts, and a key that shares only its first part.
+    nested = OrderedDict([("backbone.body.conv.weight", t[0]), ("backbone.head.bias", t[1])])
+    _judge_keys(fn, nested, "backbone.body.", "calling strip_prefix(state_dict, prefix='backbone.body.')")
+
+    # Nothing to strip: the result is still a new dict, with the same keys and tensors.
+    plain = OrderedDict([("encoder.weight", t[0]), ("head", t[4])])
+    _judge_keys(fn, plain, None, "calling strip_prefix(state_dict) on a state dict without the prefix")
 
 
 # ---------------------------------------------------------------- Exercise 2
@@ -173,8 +190,8 @@ def _expect_restored(step: object, want_step: int, model: nn.Module, optimizer: 
     weights, state, rng = saved
     expect(
         step == want_step,
-        f"load must return the step stored in the checkpoint ({want_step} for this one), not a constant; "
-        f"got {step!r}",
+        f"load must return the step that save was given, stored in the checkpoint ({want_step} for this one), "
+        f"not a constant or Adam's own step count; got {step!r}",
     )
     expect(
         all(torch.equal(v, weights[k]) for k, v in model.state_dict().items()),
@@ -201,7 +218,8 @@ def check_resume(save: Callable[..., object], load: Callable[..., int]) -> None:
 
     Training 3 steps, saving, loading into a fresh model and optimizer in a "new process" (another random
     seed) and training 3 more must give exactly the weights of 6 uninterrupted steps. A second checkpoint,
-    at step 5 and tagged with a GPU this machine lacks, must load too, and restore its own values.
+    written after 5 steps but saved as step 500 (so that Adam's own step count is not the answer) and
+    tagged with a GPU this machine lacks, must load too, restore its own values and return 500.
     """
     gen = torch.Generator().manual_seed(5)
     x, y = torch.randn(32, 4, generator=gen), torch.randn(32, 1, generator=gen)
@@ -246,8 +264,8 @@ def check_resume(save: Callable[..., object], load: Callable[..., int]) -> None:
         _train(first, opt, x, y, 2)
         at_5 = _snapshot(first, opt)
         written = Path(folder) / "written.pt"
-        with learner_code("calling save_training_state(path, model, optimizer, 5)", _SAVE_HINT):
-            save(written, first, opt, 5)
+        with learner_code("calling save_training_state(path, model, optimizer, 500)", _SAVE_HINT):
+            save(written, first, opt, 500)  # the caller's step, which need not be Adam's count (5)
         gpu = _absent_gpu()
         from_gpu = Path(folder) / "from_gpu.pt"
         _retagged(written, from_gpu, gpu)
@@ -261,4 +279,4 @@ def check_resume(save: Callable[..., object], load: Callable[..., int]) -> None:
             "the optimizer moves its state to its parameters' device)",
         ):
             step = load(from_gpu, fresh, opt3)
-        _expect_restored(step, 5, fresh, opt3, at_5)
+        _expect_restored(step, 500, fresh, opt3, at_5)
