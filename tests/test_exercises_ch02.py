@@ -40,6 +40,19 @@ def xavier_through_data(m):  # a fresh (float32, CPU) tensor assigned through .d
         m.bias.data = torch.zeros(m.out_features)
 
 
+def xavier_data_same_dtype(m):  # through .data, with the right dtype and device: new memory all the same
+    if isinstance(m, nn.Linear):
+        m.weight.data = nn.init.xavier_uniform_(torch.empty_like(m.weight))
+        m.bias.data = torch.zeros_like(m.bias)
+
+
+def xavier_set_(m):  # set_ swaps the storage under the same Parameter
+    if isinstance(m, nn.Linear):
+        with torch.no_grad():
+            m.weight.set_(nn.init.xavier_uniform_(torch.empty_like(m.weight)))
+            m.bias.set_(torch.zeros_like(m.bias))
+
+
 def xavier_new_parameter(m):  # replaces the parameter object instead of filling it
     if isinstance(m, nn.Linear):
         m.weight = nn.Parameter(nn.init.xavier_uniform_(torch.empty_like(m.weight)))
@@ -95,6 +108,8 @@ XAVIER_WRONG = [
     (xavier_normal_family, "use the uniform variant (xavier_uniform_), not xavier_normal_"),
     (xavier_through_data, "keeps neither the layer's dtype nor its device"),
     (xavier_new_parameter, "weight is a new Parameter object"),
+    (xavier_data_same_dtype, "layer 0 (an nn.Linear, 300→200)'s weight is the same Parameter but no longer uses"),
+    (xavier_set_, "assigning to .data (or calling set_) swaps in another tensor"),
     (kaiming_instead, "Xavier gives sqrt(2 / (fan_in + fan_out)) = 0.0632"),
     (bound_of_the_default, "Xavier gives sqrt(2 / (fan_in + fan_out))"),
     (zeroes_every_bias, "the LayerNorm changed"),
@@ -253,6 +268,15 @@ def lazy_wrong_width(net, example_input):  # a dry run with a guessed width
     return net
 
 
+def lazy_kaiming_default_slope(net, example_input):  # nn.Linear's slope a=sqrt(5), in the normal family
+    net(example_input)
+    for m in net.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.kaiming_normal_(m.weight, a=math.sqrt(5))
+            nn.init.zeros_(m.bias)
+    return net
+
+
 def lazy_xavier(net, example_input):
     net(example_input)
     for m in net.modules():
@@ -273,6 +297,7 @@ LAZY_WRONG = [
     (lazy_through_data, "keeps neither the layer's dtype nor its device"),
     (lazy_keeps_the_bias, "bias must be zero"),
     (lazy_xavier, "Use nn.init.kaiming_normal_(m.weight, nonlinearity='relu')"),
+    (lazy_kaiming_default_slope, "is what a=sqrt(5) gives"),
     (lazy_wrong_width, "must have weight shape (256, 300), it has (256, 256)"),
 ]
 

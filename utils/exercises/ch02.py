@@ -72,6 +72,7 @@ def check_init_xavier(init_fn: Callable[[nn.Module], object]) -> None:
             net[3].bias.fill_(0.5)
         before = dict(net.named_parameters())
         dtypes = {name: p.dtype for name, p in before.items()}
+        memory = {name: p.data_ptr() for name, p in before.items()}
         with learner_code(
             "net.apply(init_xavier) on a network of Linear, ReLU, a subclass of nn.Linear and LayerNorm",
             "test the module first (isinstance(m, nn.Linear)): ReLU has no weight, and LayerNorm's 1-D "
@@ -95,6 +96,17 @@ def check_init_xavier(init_fn: Callable[[nn.Module], object]) -> None:
                 f"{what}, {dtype})'s {name} is {getattr(layer, name).dtype} now: a freshly made tensor "
                 "assigned through .data keeps neither the layer's dtype nor its device. Fill the layer's own "
                 "tensor in place with nn.init",
+            )
+    for i, layer in zip((0, 2, 4), linears, strict=True):
+        kind = "a subclass of nn.Linear" if type(layer) is not nn.Linear else "an nn.Linear"
+        what = f"layer {i} ({kind}, {layer.in_features}→{layer.out_features}"
+        for name in ("weight", "bias"):
+            expect(
+                getattr(layer, name).data_ptr() == memory[f"{i}.{name}"],
+                f"{what})'s {name} is the same Parameter but no longer uses its own memory: assigning to .data "
+                "(or calling set_) swaps in another tensor instead of filling this one, and a state_dict() or a "
+                "view taken earlier no longer follows it. Fill it in place: nn.init.xavier_uniform_(m.weight), "
+                "nn.init.zeros_(m.bias)",
             )
         expect(
             bool((layer.bias == 0).all()),
@@ -168,9 +180,14 @@ def check_initialize_lazy(initialize: Callable[[nn.Module, torch.Tensor], nn.Mod
         )
         std = _kaiming_std(layer)
         got = layer.weight.std().item()
-        if math.isclose(got, 1 / math.sqrt(3 * n_in), rel_tol=0.05):
-            why = (f" That is nn.Linear's default, 1/sqrt(3 fan_in) = {1 / math.sqrt(3 * n_in):.4f}: your init never "
+        default_std = 1 / math.sqrt(3 * n_in)  # nn.Linear's default: U(-b, b) with b = 1/sqrt(fan_in)
+        looks_default = math.isclose(got, default_std, rel_tol=0.05)
+        if looks_default and layer.weight.abs().max().item() <= math.sqrt(3) * default_std * (1 + 1e-6):
+            why = (f" That is nn.Linear's default, 1/sqrt(3 fan_in) = {default_std:.4f}: your init never "
                    "ran. A type(m) == nn.Linear test skips a LazyLinear before the dry run")
+        elif looks_default:
+            why = (f" That std, 1/sqrt(3 fan_in) = {default_std:.4f}, is what a=sqrt(5) gives (nn.Linear's own "
+                   "slope, gain sqrt(1/3)): for ReLU use nonlinearity='relu' (slope a=0)")
         elif math.isclose(got, math.sqrt(2 / n_out), rel_tol=0.05):
             why = " That is sqrt(2 / fan_out): use mode='fan_in' (the default)"
         else:
