@@ -306,6 +306,27 @@ class RegisteredOnFirstUse(nn.Module):
         return self._modules[task](x)
 
 
+class DetachedRouter(_ModuleDictRouter):
+    def forward(self, x, task):
+        return self.heads[task](x).detach()
+
+
+class NoGradRouter(_ModuleDictRouter):
+    @torch.no_grad()
+    def forward(self, x, task):
+        return self.heads[task](x)
+
+
+class DataRouter(_ModuleDictRouter):
+    def forward(self, x, task):
+        return self.heads[task](x).data
+
+
+class CopyInForwardRouter(_ModuleDictRouter):  # right values, but the gradients go to a throwaway copy
+    def forward(self, x, task):
+        return copy.deepcopy(self.heads[task])(x)
+
+
 ROUTER_WRONG = {
     PlainDictRouter: "a plain dict hides it",
     AlwaysFirstHead: "router(x, 'label') must return heads['label'](x)",
@@ -317,6 +338,10 @@ ROUTER_WRONG = {
     CalledModuleDict: "an nn.ModuleDict was called like a module",
     CopiedHeads: "it is not the head you were given",
     RegisteredOnFirstUse: "right after Router(heads) is built",
+    DetachedRouter: "does not require grad, so no gradient reaches the heads",
+    NoGradRouter: "does not require grad, so no gradient reaches the heads",
+    DataRouter: "does not require grad, so no gradient reaches the heads",
+    CopyInForwardRouter: "gradients must reach every parameter of heads['label']",
 }
 
 
@@ -449,6 +474,23 @@ def shared_memory(module, n):
     return copies
 
 
+def frozen_copies(module, n):
+    return nn.ModuleList(copy.deepcopy(module).requires_grad_(False) for _ in range(n))
+
+
+def parameters_as_buffers(module, n):
+    copies = nn.ModuleList()
+    for _ in range(n):
+        c = copy.deepcopy(module)
+        for sub in c.modules():
+            for name, p in list(sub._parameters.items()):
+                if p is not None:
+                    del sub._parameters[name]
+                    sub.register_buffer(name, p.detach().clone())
+        copies.append(c)
+    return copies
+
+
 CLONES_WRONG = {
     repeated_object: "holds the same object more than once",
     deepcopy_of_repeated_list: "deepcopy of such a list keeps it one object",
@@ -462,6 +504,8 @@ CLONES_WRONG = {
     moved_to_default_device: "each copy must stay on the module's device",
     switched_to_train: "in the module's train/eval mode",
     shared_memory: "shares its memory with the module or another copy",
+    frozen_copies: "do not freeze the copies with requires_grad_(False)",
+    parameters_as_buffers: "a tensor registered as a buffer instead is never trained",
 }
 
 

@@ -202,6 +202,21 @@ def check_router(cls: type[nn.Module]) -> None:
             want = head(x)
         expect(_same(out, want), f"router(x, {task!r}) must return heads[{task!r}](x)")
 
+    # Gradients reach the chosen head, so that training the router trains it.
+    with learner_code("calling router(x, 'label')", hint_call):
+        out = router(x, "label")
+    expect(
+        out.requires_grad,
+        "router(x, 'label') does not require grad, so no gradient reaches the heads and they never train: do not "
+        ".detach() the output, use .data or run forward under torch.no_grad()",
+    )
+    with learner_code("backpropagating through router(x, 'label')"):
+        out.sum().backward()
+    expect(
+        all(p.grad is not None for p in heads["label"].parameters()),
+        "gradients must reach every parameter of heads['label']: return heads[task](x) itself, not a copy of it",
+    )
+
     with learner_code("calling router.to(torch.float64)"):
         router.to(torch.float64)
     expect(
@@ -255,6 +270,17 @@ def _check_copies(copies: object, module: nn.Module, n: int, call: str) -> None:
         expect(
             set(mine) == set(original),
             f"each copy must have the same parameters and buffers as the module: {sorted(original)}",
+        )
+        params = [name for name, _ in module.named_parameters()]
+        expect(
+            [name for name, _ in c.named_parameters()] == params,
+            f"each copy must keep the module's parameters as parameters ({params}), so that it trains on its own: "
+            "copy.deepcopy keeps them; a tensor registered as a buffer instead is never trained",
+        )
+        expect(
+            [p.requires_grad for p in c.parameters()] == [p.requires_grad for p in module.parameters()],
+            "each copy's parameters must require grad where the module's do, so that it trains on its own: "
+            "copy.deepcopy keeps the flags; do not freeze the copies with requires_grad_(False)",
         )
         shared = [k for k in original if mine[k] is original[k]]
         if shared:
