@@ -62,6 +62,22 @@ class HeadOnMeta(nn.Module):
         return self.head(torch.tanh(self.embed(tokens)))
 
 
+class HeadOnFlatView(TiedOtherWay):
+    """The head runs on a (batch * seq, dim) view and the logits are reshaped back, as older examples did."""
+
+    def forward(self, tokens):
+        h = self.embed(tokens)
+        return self.head(h.reshape(-1, h.shape[-1])).view(*tokens.shape, -1)
+
+
+class SeqFirstTransposedBack(TiedByMethod):
+    """Sequence-first inside, put back with transpose(): the head's output is not the returned tensor."""
+
+    def forward(self, tokens):
+        h = self.body(self.embed(tokens.t()))  # (seq, batch, dim)
+        return self.head(h).transpose(0, 1)
+
+
 # Wrong answers.
 class TwoLayers(_Base):
     """Two layers created where one weight should be shared."""
@@ -127,6 +143,22 @@ class PooledLogits(TiedOtherWay):
         return super().forward(tokens).mean(dim=1)
 
 
+class SeqFirstViewedBack(TiedOtherWay):
+    """Sequence-first inside (as nn.GRU's default layout), put back with view(): right shape, rows mixed up."""
+
+    def forward(self, tokens):
+        h = self.embed(tokens.t())  # (seq, batch, dim)
+        return self.head(h).view(*tokens.shape, -1)
+
+
+class FlatSeqFirstViewedBack(TiedOtherWay):
+    """The same mistake with the head on a flat (seq * batch, dim) view."""
+
+    def forward(self, tokens):
+        h = self.embed(tokens).transpose(0, 1).reshape(-1, self.embed.embedding_dim)
+        return self.head(h).view(*tokens.shape, -1)
+
+
 class HeadWithBias(nn.Module):
     def __init__(self, vocab_size, dim):
         super().__init__()
@@ -150,7 +182,7 @@ class ModuleListCalled(nn.Module):
         return self.head(self.body(self.embed(tokens)))
 
 
-@pytest.mark.parametrize("right", [TiedOtherWay, TiedByMethod, HeadOnMeta])
+@pytest.mark.parametrize("right", [TiedOtherWay, TiedByMethod, HeadOnMeta, HeadOnFlatView, SeqFirstTransposedBack])
 def test_tied_lm_accepts(right):
     assert outcome(check_tied_lm, right) == ("passed", "")
 
@@ -166,6 +198,8 @@ def test_tied_lm_accepts(right):
         (EmbeddingFromHeadWeight, "shares memory with embed.weight but is a different Parameter"),
         (TiedInForward, "only after the first forward pass"),
         (ManualLogitsUnusedHead, "output of self.head"),
+        (SeqFirstViewedBack, "reversing the batch must reverse the logits"),
+        (FlatSeqFirstViewedBack, "reversing the batch must reverse the logits"),
         (PooledLogits, "shape (3, 7, 50)"),
         (HeadWithBias, "no bias"),
         (ModuleListCalled, "nn.ModuleList was called like a module"),

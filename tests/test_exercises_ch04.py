@@ -412,6 +412,15 @@ class NewParametersOnReset(_Norm1d):
             self.running_var.fill_(1.0)
 
 
+class NewBuffersOnReset(_Norm1d):
+    def reset_parameters(self):
+        with torch.no_grad():
+            self.weight.fill_(1.0)
+            self.bias.zero_()
+        self.running_mean = torch.zeros_like(self.running_mean)  # still buffers, but new objects
+        self.running_var = torch.ones_like(self.running_var)
+
+
 class ResetsOnlyTheAffine(_Norm1d):
     def reset_parameters(self):
         with torch.no_grad():
@@ -523,6 +532,7 @@ def test_norm1d_accepts(right):
         (PlainTensorStatistics, "['running_mean', 'running_var'] must be buffers"),
         (StatisticsAsParameters, "register exactly two parameters"),
         (NewParametersOnReset, "replaced ['weight', 'bias'] by new objects"),
+        (NewBuffersOnReset, "replaced ['running_mean', 'running_var'] by new objects"),
         (ResetsOnlyTheAffine, "['running_mean', 'running_var'] still hold leftover values"),
         (NoResetMethod, "define a method reset_parameters()"),
         (ResetWithoutNoGrad, "in place (fill_, zero_, nn.init.ones_) under torch.no_grad()"),

@@ -84,11 +84,25 @@ def check_tied_lm(cls: type[nn.Module]) -> None:
     expect(isinstance(logits, torch.Tensor) and logits.shape == (3, 7, vocab),
            f"model(tokens) with tokens of shape (3, 7) must return logits of shape (3, 7, {vocab}); "
            f"got {tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__}")
-    expect(len(seen) == 1 and torch.equal(seen[0], logits), "the logits must be the output of self.head")
+    # The head may run on a (3 * 7, dim) view or sequence-first: the logits hold its outputs, in any layout.
+    def by_column(t: torch.Tensor) -> torch.Tensor:
+        return t.reshape(-1, vocab).sort(dim=0).values
+
+    expect(len(seen) == 1 and isinstance(seen[0], torch.Tensor) and seen[0].numel() == logits.numel()
+           and torch.equal(by_column(seen[0]), by_column(logits)), "the logits must be the output of self.head")
     with learner_code("back-propagating a cross-entropy loss through your model", "is part of forward detached?"):
         nn.functional.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1)).backward()
     expect(embed.weight.grad is not None and bool(embed.weight.grad.abs().sum() > 0),
            "the loss must reach the shared weight through the head")
+    model.eval()
+    with torch.no_grad(), learner_code("calling the model in eval mode on the batch, then on it in reverse order",
+                                       "the error is in your forward"):
+        ahead, reversed_ = model(tokens), model(tokens.flip(0))
+    expect(isinstance(reversed_, torch.Tensor) and reversed_.shape == ahead.shape
+           and torch.allclose(reversed_, ahead.flip(0), atol=1e-5),
+           "logits[b, t] must belong to tokens[b, t]: reversing the batch must reverse the logits, but here the "
+           "head's outputs come back in another order. A sequence-first (seq, batch, ...) result needs "
+           ".transpose(0, 1), not .view(batch, seq, -1)")
 
 
 @exercise("Exercise 2 · Count parameters once")

@@ -253,9 +253,10 @@ def check_norm1d(cls: type[nn.Module]) -> None:
     with learner_code("calling reset_parameters() after to_empty(device='cpu')", reset_hint):
         layer.reset_parameters()
     now = _norm_tensors(layer)
-    replaced = [name for name in params if now[name] is not held[name]]
+    replaced = [name for name in held if now[name] is not held[name]]
     expect(not replaced, f"reset_parameters() replaced {replaced} by new objects: fill the existing ones in place "
-                         "(an optimizer built before holds the old Parameters, and a tie would break)")
+                         "(an optimizer built before holds the old Parameters, and whatever shares one of the "
+                         "tensors, a tie or another module holding the same buffer, keeps the old one)")
     unset = [name for name, t in now.items() if not torch.all(t == _NORM_STATE[name])]
     expect(not unset, f"after to_empty(device='cpu') and reset_parameters(), {unset} still hold leftover values: "
                       f"{reset_hint}")
