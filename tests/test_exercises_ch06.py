@@ -190,6 +190,34 @@ class ConstantsAsParameters(ReverseLoop):
         self.mean, self.std = nn.Parameter(mean), nn.Parameter(std)
 
 
+class FrozenParameters(ReverseLoop):
+    """Parameters with requires_grad=False: never trained by the optimizer, but still parameters."""
+
+    def __init__(self, mean, std, widths):
+        super().__init__(mean, std, widths)
+        del self.mean, self.std
+        self.mean = nn.Parameter(mean, requires_grad=False)
+        self.std = nn.Parameter(std, requires_grad=False)
+
+
+class ApplyMovesPlain(LayersFixedOnly):
+    """Overrides _apply and keeps what fn returns: every move reaches the plain tensors, no save does."""
+
+    def _apply(self, fn, recurse=True):
+        super()._apply(fn, recurse)
+        self.mean, self.std = fn(self.mean), fn(self.std)
+        return self
+
+
+class ToMovesPlain(LayersFixedOnly):
+    """Overrides .to() and keeps the results; .double() and .cuda() go through _apply instead."""
+
+    def to(self, *args, **kwargs):
+        super().to(*args, **kwargs)
+        self.mean, self.std = self.mean.to(*args, **kwargs), self.std.to(*args, **kwargs)
+        return self
+
+
 class NotSaved(ReverseLoop):
     def __init__(self, mean, std, widths):
         super().__init__(mean, std, widths)
@@ -242,7 +270,10 @@ WRONG_MOVABLE = [
     (UnderscorePlain, "_mean (plain tensor attribute)"),
     (ToWithoutAssigning, "tensor.to() returns a new tensor"),
     (BuffersAtFirstForward, "right after construction cannot see inside pending"),
-    (ConstantsAsParameters, "not nn.Parameter"),
+    (ConstantsAsParameters, "not nn.Parameter (an optimizer would train them)"),
+    (FrozenParameters, "A frozen nn.Parameter (requires_grad=False) is still a parameter"),
+    (ApplyMovesPlain, "your override moves mean (plain tensor attribute), std (plain tensor attribute), but a plain"),
+    (ToMovesPlain, "but .cuda(), .double() and .half() call _apply, not .to(), so they miss them, and a plain"),
     (NotSaved, "persistent buffers"),
     (ReluAfterLast, "none after the last"),
     (MultipliesByStd, "(x - mean) / std"),
@@ -534,6 +565,12 @@ def reads_the_gradients(model):
     return sum(p.nbytes + p.grad.nbytes + 2 * p.nbytes for p in model.parameters())
 
 
+def one_size_for_all(model):
+    """The element size of the first parameter, used for every parameter."""
+    size = next(model.parameters()).element_size()
+    return size * sum((4 if p.requires_grad else 1) * p.numel() for p in model.parameters())
+
+
 def returns_float(model):
     return float(by_nbytes(model))
 
@@ -553,6 +590,8 @@ WRONG_BYTES = [
     (counts_state_dict, "frozen parameters"),
     (counts_bits, "count bytes, not bits"),
     (reads_the_gradients, "p.grad is None"),
+    (one_size_for_all, "for a model with a float64 and a float32 layer: 2112 bytes"),
+    (one_size_for_all, "one size for the whole model is wrong"),
     (returns_float, "return an int (bytes); got float (use integer arithmetic"),
     (returns_megabytes, "return an int (bytes); got float"),
 ]

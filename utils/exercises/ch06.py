@@ -60,20 +60,28 @@ def strays(module: nn.Module) -> list[str]:
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"module must be an nn.Module, got {type(module).__name__}")
-    internal = _module_internals()
     found = []
+    for where, value in _own_attributes(module):
+        if _is_plain_tensor(value):
+            found.append(f"{where} (plain tensor attribute)")
+        elif isinstance(value, (list, tuple, set, frozenset, dict)):
+            items = value.values() if isinstance(value, dict) else value
+            if any(isinstance(v, (nn.Module, torch.Tensor)) for v in items):
+                found.append(f"{where} ({type(value).__name__} of modules or tensors)")
+    return found
+
+
+def _own_attributes(module: nn.Module) -> Iterator[tuple[str, object]]:
+    """``(dotted name, value)`` of the attributes set on every sub-module, ``nn.Module``'s registries left out."""
+    internal = _module_internals()
     for prefix, sub in module.named_modules():
         for name, value in vars(sub).items():
-            if name in internal:
-                continue
-            where = f"{prefix}.{name}" if prefix else name
-            if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
-                found.append(f"{where} (plain tensor attribute)")
-            elif isinstance(value, (list, tuple, set, frozenset, dict)):
-                items = value.values() if isinstance(value, dict) else value
-                if any(isinstance(v, (nn.Module, torch.Tensor)) for v in items):
-                    found.append(f"{where} ({type(value).__name__} of modules or tensors)")
-    return found
+            if name not in internal:
+                yield (f"{prefix}.{name}" if prefix else name), value
+
+
+def _is_plain_tensor(value: object) -> bool:
+    return isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter)
 
 
 #: The CUDA caching allocator rounds every request up to a multiple of this many bytes.
@@ -280,8 +288,24 @@ def check_movable(cls: type[nn.Module], device: torch.device | str | None = None
         f".to() right after construction cannot see inside {', '.join(lists)}: keep the layers in an "
         "nn.ModuleList (or nn.Sequential / nn.ModuleDict) and the constants in buffers",
     )
+    if plain and _overrides_to(model):
+        with _calling(built, ctor_hint):
+            probe = cls(mean.clone(), std.clone(), widths)
+        with _calling("model.to('meta')", "an override of .to() or _apply must still move the module"):
+            probe.to(META)
+        if all(v.is_meta for _, v in _own_attributes(probe) if _is_plain_tensor(v)):  # the override moved them
+            missed = (
+                ""
+                if type(model)._apply is not nn.Module._apply
+                else " .cuda(), .double() and .half() call _apply, not .to(), so they miss them, and"
+            )
+            expect(
+                False,
+                f"your override moves {', '.join(plain)}, but{missed} a plain attribute is not saved in the "
+                "state_dict: use self.register_buffer(name, tensor), which nn.Module moves and saves by itself",
+            )
     overridden = (
-        " Overriding .to() does not fix it: tensor.to() returns a new tensor (the result must be kept), "
+        " Overriding .to() or _apply does not fix it: tensor.to() returns a new tensor (the result must be kept), "
         "and .cuda(), .double() and .half() do not call .to() at all."
         if _overrides_to(model)
         else ""
@@ -311,9 +335,18 @@ def check_movable(cls: type[nn.Module], device: torch.device | str | None = None
         torch.allclose(y, expected, atol=1e-6),
         "forward must compute (x - mean) / std, then the layers with a ReLU between them (none after the last)",
     )
+    constants = [
+        p for p in model.parameters() if p.shape == mean.shape and (torch.equal(p, mean) or torch.equal(p, std))
+    ]
     expect(
-        not any(p.shape == mean.shape and (torch.equal(p, mean) or torch.equal(p, std)) for p in model.parameters()),
+        not any(p.requires_grad for p in constants),
         "mean and std are constants: register them as buffers, not nn.Parameter (an optimizer would train them)",
+    )
+    expect(
+        not constants,
+        "mean and std are constants: register them as buffers. A frozen nn.Parameter (requires_grad=False) is "
+        "still a parameter: model.parameters() yields it, so it goes to the optimizer, counts among the "
+        "model's parameters, and model.requires_grad_() (unfreezing the model) makes it trainable again",
     )
     saved = model.state_dict().values()
     expect(
@@ -497,10 +530,15 @@ def _likely_cause(model: nn.Module, parts: dict[str, int], got: int) -> str | No
     trained = sum(p.numel() * p.element_size() for p in unique if p.requires_grad)
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())
     want = sum(parts.values())
-    four_bytes = sum((16 if p.requires_grad else 4) * p.numel() for p in unique)
+    copies = sum((4 if p.requires_grad else 1) * p.numel() for p in unique)
     guesses = [  # the likelier mistake first where two give the same total
         (4 * nbytes, "frozen parameters (requires_grad=False) get no gradient and no Adam state"),
-        (four_bytes, "each number takes its dtype's size (p.element_size()), not always 4 bytes"),
+        (4 * copies, "each number takes its dtype's size (p.element_size()), not always 4 bytes"),
+        (
+            unique[0].element_size() * copies,
+            "each parameter counts with its own dtype's size (p.element_size() of every parameter): this "
+            "model mixes float64 and float32, so one size for the whole model is wrong",
+        ),
         (
             sum((4 if p.requires_grad else 1) * p.numel() * p.element_size() for p in every),
             "a layer used twice holds its parameters once: model.parameters() already skips the repeat",
@@ -512,6 +550,18 @@ def _likely_cause(model: nn.Module, parts: dict[str, int], got: int) -> str | No
         (nbytes + trained, "Adam's two running averages are missing (exp_avg and exp_avg_sq)"),
     ]
     return next((cause for total, cause in guesses if total == got and total != want), None)
+
+
+class _MixedPrecision(nn.Module):
+    """A float64 layer feeding a float32 one: one model, two element sizes."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = nn.Linear(5, 7, dtype=torch.float64)
+        self.second = nn.Linear(7, 3)
+
+    def forward(self, x):
+        return self.second(torch.relu(self.first(x)).float())
 
 
 def _cases() -> dict[str, nn.Module]:
@@ -528,6 +578,7 @@ def _cases() -> dict[str, nn.Module]:
         "the MLP in bfloat16": copy.deepcopy(mlp).to(torch.bfloat16),
         "a model that uses one layer twice": tied,
         "a model with BatchNorm buffers": normed,
+        "a model with a float64 and a float32 layer": _MixedPrecision(),
     }
 
 
