@@ -166,6 +166,23 @@ def test_gradient_accumulation_matches_the_combined_batch(tmp_path, monkeypatch)
     assert_same_params(params(result), plain_training(EPOCHS, 12))
 
 
+def test_a_short_last_micro_batch_counts_per_sample(tmp_path, monkeypatch):
+    """64 samples in micro-batches of 6 (the last of 4), windows of 4: steps on 24, 24 and 16 samples, as plain
+    batches of 24. Dividing each micro-batch's mean loss by 3 in the last window would weigh the 4 samples
+    of the short one as much as 6: the losses are weighted by their share of the window's samples."""
+    without_a_launcher(monkeypatch)
+    result = run(tmp_path, "--epochs", str(EPOCHS), "--batch-size", "6", "--accumulate", "4")
+    assert (result["global_batch_size"], result["micro_batches_per_epoch"], result["steps_per_epoch"]) == (24, 11, 3)
+    assert_same_params(params(result), plain_training(EPOCHS, 24))
+
+
+@pytest.mark.parametrize(("micro", "k", "batch", "samples", "want"),
+                         [(11, 4, 6, 64, [24] * 8 + [16] * 3), (8, 2, 4, 32, [8] * 8), (3, 5, 4, 10, [10] * 3),
+                          (4, 1, 3, 10, [3, 3, 3, 1])])
+def test_window_samples(micro, k, batch, samples, want):
+    assert [ddp_train.window_samples(i, micro, k, batch, samples) for i in range(micro)] == want
+
+
 @pytest.mark.parametrize(("micro", "k", "sizes", "steps"),
                          [(8, 1, [1] * 8, 8), (8, 2, [2] * 8, 4), (8, 3, [3] * 6 + [2] * 2, 3), (2, 4, [2, 2], 1)])
 def test_accumulation_windows(micro, k, sizes, steps):

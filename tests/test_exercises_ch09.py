@@ -90,6 +90,15 @@ def returns_a_list(n_samples, world_size, batch_size):
     return [world_size * batch_size, math.ceil(n_samples / (world_size * batch_size))]
 
 
+def round_half_up(n_samples, world_size, batch_size):
+    """round(x + 0.5) as "round up": Python rounds halves to even, so 3.5 becomes 4 (but 4.5 also 4)."""
+    return world_size * batch_size, round(n_samples / (world_size * batch_size) + 0.5)
+
+
+def floor_plus_one(n_samples, world_size, batch_size):
+    return world_size * batch_size, n_samples // (world_size * batch_size) + 1
+
+
 def measured_without_a_process_group(n_samples, world_size, batch_size):
     loader = DataLoader(range(n_samples), batch_size=batch_size, sampler=DistributedSampler(range(n_samples)))
     return world_size * batch_size, len(loader)
@@ -102,6 +111,8 @@ def measured_without_a_process_group(n_samples, world_size, batch_size):
         (steps_ignore_sharding, "each process gets ceil(10000/4) samples"),
         (floor_drops_the_partial_batch, "a last partial batch still counts as a step"),
         (floor_per_process, "the sampler pads the shards"),
+        (round_half_up, "48 samples make exactly 3 global batches of 16: nothing is left over"),
+        (floor_plus_one, "64 samples make exactly 4 global batches of 16: nothing is left over"),
         (returns_floats, "return a tuple of two ints"),
         (returns_a_list, "return a tuple of two ints"),
         (measured_without_a_process_group, "calling ddp_numbers(10000, 4, 32) raised"),
@@ -116,6 +127,7 @@ def test_true_numbers_match_hand_computation():
     assert true_ddp_numbers(64, 2, 8) == (16, 4)
     assert true_ddp_numbers(100, 4, 8) == (32, 4)  # 25 samples per process: 3 full batches and 1 partial
     assert true_ddp_numbers(5, 8, 1) == (8, 1)  # more processes than samples: the sampler repeats some
+    assert true_ddp_numbers(48, 2, 8) == (16, 3)  # divides evenly: no extra step
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.0, True, "4"])
@@ -287,7 +299,29 @@ def right_scale_the_gradients(ddp, optimizer, loss_fn, micro_batches):
     optimizer.step()
 
 
-@pytest.mark.parametrize("right", [right_split_loop, right_forward_inside_backward_outside, right_scale_the_gradients])
+def right_nanogpt_flag(ddp, optimizer, loss_fn, micro_batches):
+    """nanoGPT's loop: set the flag that no_sync() toggles, so that only the last forward syncs."""
+    optimizer.zero_grad()
+    k = len(micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
+        ddp.require_backward_grad_sync = i == k - 1
+        (loss_fn(ddp(x), y) / k).backward()
+    optimizer.step()
+
+
+def right_module_forward_for_early(ddp, optimizer, loss_fn, micro_batches):
+    """Bypassing the wrapper for the first K-1 forwards also accumulates locally under real DDP (2 gloo ranks:
+    one all-reduce, the exact mean gradient)."""
+    optimizer.zero_grad()
+    k = len(micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
+        net = ddp if i == k - 1 else ddp.module
+        (loss_fn(net(x), y) / k).backward()
+    optimizer.step()
+
+
+@pytest.mark.parametrize("right", [right_split_loop, right_forward_inside_backward_outside, right_scale_the_gradients,
+                                   right_nanogpt_flag, right_module_forward_for_early])
 def test_accumulate_step_accepts(right):
     assert outcome(check_accumulate_step, right) == ("passed", "")
 
@@ -369,6 +403,27 @@ def bypasses_ddp(ddp, optimizer, loss_fn, micro_batches):
     optimizer.step()
 
 
+def module_for_the_last(ddp, optimizer, loss_fn, micro_batches):
+    optimizer.zero_grad()
+    k = len(micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
+        with ddp.no_sync() if i < k - 1 else contextlib.nullcontext():
+            net = ddp.module if i == k - 1 else ddp
+            (loss_fn(net(x), y) / k).backward()
+    optimizer.step()
+
+
+def flag_set_after_the_forward(ddp, optimizer, loss_fn, micro_batches):
+    """nanoGPT's flag, but set between forward and backward: DDP has already read it."""
+    optimizer.zero_grad()
+    k = len(micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
+        loss = loss_fn(ddp(x), y) / k
+        ddp.require_backward_grad_sync = i == k - 1
+        loss.backward()
+    optimizer.step()
+
+
 def one_backward_at_the_end(ddp, optimizer, loss_fn, micro_batches):
     optimizer.zero_grad()
     k = len(micro_batches)
@@ -409,6 +464,8 @@ def loss_on_a_tuple(ddp, optimizer, loss_fn, micro_batches):
         (zero_grad_in_the_loop, "only the last micro-batch's gradient reached the step"),
         (never_zeroes, "Start with optimizer.zero_grad()"),
         (bypasses_ddp, "call ddp(x), not ddp.module(x)"),
+        (module_for_the_last, "the last micro-batch's forward bypassed the wrapper"),
+        (flag_set_after_the_forward, "a micro-batch before the last set up the all-reduce, and the last ran inside"),
         (one_backward_at_the_end, "run each micro-batch's backward right after its forward"),
         (no_sync_called_not_entered, "run the forward of each of the first K-1 micro-batches inside"),
         (loss_on_a_tuple, "Likely cause: call ddp(x) for the forward"),
@@ -430,6 +487,18 @@ def test_the_stand_in_records_what_ddp_decides_in_forward():
     (inside.sum() + outside.sum()).backward()
     assert log[:3] == [("forward", False), ("forward", True), ("forward", False)]
     assert sorted(log[3:]) == [("backward", False), ("backward", True)]
+    # Like DDP's no_sync(), it toggles the public flag that forward reads, and restores it.
+    assert ddp.require_backward_grad_sync is True
+    ddp.require_backward_grad_sync = False
+    with ddp.no_sync():
+        pass
+    assert ddp.require_backward_grad_sync is False
+    ddp(torch.ones(1, 2))
+    ddp.require_backward_grad_sync = True
+    ddp.module(torch.ones(1, 2))  # bypasses the wrapper: never synced
+    assert log[5:] == [("forward", False), ("forward", False)]
+    assert ddp.via_wrapper == [True, True, True, True, False]
+    del log[5:]
     optimizer = RecordingSGD(ddp.parameters(), 0.5, log)
     before = ddp.module.bias.detach().clone()
     optimizer.step()

@@ -20,7 +20,8 @@ module runs as a single process (``python -m utils.ddp_train ...``). Nothing imp
   On a GPU the loader pins its batches, so that ``non_blocking`` copies really are asynchronous.
 * Optimizer: SGD with momentum (``--lr``, ``--momentum``). ``--accumulate K`` sums the gradients of K
   micro-batches before each step; the first K-1 run under ``no_sync()``, so the gradients cross the
-  network once per step, not K times.
+  network once per step, not K times. Each micro-batch's mean loss is weighted by its share of the
+  step's samples (1/K when the micro-batches are equal), so that a short last micro-batch counts per sample.
 * Only rank 0 logs, shows a progress bar (on a terminal, unless ``--no-progress``), writes the
   checkpoint and writes the JSON result; both files are written atomically (temporary file + rename).
 * ``--resume`` continues from ``--checkpoint`` when that file exists: every rank loads it onto its own
@@ -28,9 +29,10 @@ module runs as a single process (``python -m utils.ddp_train ...``). Nothing imp
   waits at a barrier until all ranks have read it. At the end of a run every rank reloads the last
   checkpoint the same way and checks it against its own state.
 
-Each process averages its loss over its own batch and DDP averages the gradients over the processes,
-so a run with P processes, ``--batch-size B`` and ``--accumulate K`` takes the same steps as one
-process with batch P*B*K, up to floating-point rounding.
+Each process averages its loss over its own samples of the step and DDP averages the gradients over the
+processes, so a run with P processes, ``--batch-size B`` and ``--accumulate K`` takes the same steps as one
+process with batch P*B*K, up to floating-point rounding, when P divides the number of samples (otherwise
+the sampler repeats a few samples to give every process as many).
 
 ``--sync-demo`` adds, after training, chapter 09's demonstration of what DDP synchronises besides
 gradients (parameters when it wraps a model, buffers before each forward) and of ``SyncBatchNorm``
@@ -170,6 +172,14 @@ def window_size(index: int, micro_batches: int, accumulate: int) -> int:
     return min(start + accumulate, micro_batches) - start
 
 
+def window_samples(index: int, micro_batches: int, accumulate: int, batch_size: int, samples: int) -> int:
+    """How many samples the step of micro-batch ``index`` reads, when ``samples`` come in batches of
+    ``batch_size`` (the last one shorter if they do not divide evenly)."""
+    start = index // accumulate * accumulate
+    stop = min(start + accumulate, micro_batches)
+    return min(stop * batch_size, samples) - start * batch_size
+
+
 def rank_identity(device: torch.device) -> dict:
     """What torchrun told this process about itself, and the device it uses."""
     return {**{name.lower(): os.environ.get(name) for name in IDENTITY_VARS}, "device_type": device.type}
@@ -284,7 +294,9 @@ def sync_demo(rank: int, device: torch.device) -> dict:
     wrap(net, device)  # wrapping copies rank 0's parameters and buffers to every rank
     found["state_equal_after_wrap"] = equal_on_all_ranks(state())
 
-    # torch 2.13 renamed DDP's switch broadcast_buffers to forward_sync_buffers (the old name warns there).
+    # torch 2.13 deprecates broadcast_buffers (it warns) for forward_sync_buffers. Not a mere rename:
+    # broadcast_buffers=False also skips the copy of the buffers at wrap time, forward_sync_buffers=False
+    # only the broadcast before each forward. These buffers start equal on every rank: both show the same.
     renamed = "forward_sync_buffers" in inspect.signature(DDP).parameters
     switch = "forward_sync_buffers" if renamed else "broadcast_buffers"
     x = (rank + 1.0 + torch.tensor([[-1.0], [1.0], [-1.0], [1.0]])).to(device)  # mean rank + 1
@@ -365,12 +377,12 @@ def train(args: argparse.Namespace, rank: int, world_size: int, device: torch.de
         totals = torch.zeros(2, dtype=torch.float64, device=device)  # sum of losses, number of samples
         for i, (x, y) in enumerate(loader):
             x, y = x.to(device, non_blocking=pinned), y.to(device, non_blocking=pinned)
-            n = window_size(i, micro_batches, k)
-            last = i % k == n - 1  # the window's last micro-batch all-reduces
+            last = i % k == window_size(i, micro_batches, k) - 1  # the window's last micro-batch all-reduces
+            window = window_samples(i, micro_batches, k, args.batch_size, len(sampler))
             # DDP decides in forward whether the backward all-reduces: the forward goes inside no_sync() too.
             with contextlib.nullcontext() if last else ddp.no_sync():
                 loss = loss_fn(ddp(x), y)
-                (loss / n).backward()  # mean over the window's micro-batches
+                (loss * len(x) / window).backward()  # this micro-batch's share of the window's mean loss
             if audit is None and k > 1 and world_size > 1 and epoch == start_epoch:
                 # The program checks its first step once: gradients differ between ranks until the
                 # all-reduce of the window's last backward, and agree after it.

@@ -4,7 +4,8 @@ Exercises 1 and 2 compare a learner's answer with what PyTorch itself does: a ``
 built for each rank (no process group is needed for that: ``num_replicas`` and ``rank`` are passed
 explicitly) and the ``DataLoader`` over it, on sizes that divide evenly and sizes that do not.
 Exercise 3 hands the learner's step a stand-in for ``DistributedDataParallel`` (:class:`RecordingDDP`)
-that records, as DDP decides it, which forward passes set up an all-reduce, and an optimizer
+that records, as DDP decides it (from ``no_sync()`` or DDP's own ``require_backward_grad_sync`` flag), which
+forward passes set up an all-reduce, and an optimizer
 (:class:`RecordingSGD`) that records its calls and the gradients it steps with.
 """
 
@@ -70,8 +71,9 @@ def _is_int(value: object) -> bool:
 
 
 # Sizes where the plausible shortcuts give a wrong number: uneven shards, a last partial batch, one process,
-# more processes than samples.
-_NUMBER_CASES = [(10_000, 4, 32), (64, 2, 8), (64, 1, 16), (100, 4, 8), (10, 4, 2), (7, 2, 4), (5, 8, 1)]
+# more processes than samples, and an odd whole number of steps (round(x + 0.5) rounds 3.5 to 4: to even).
+_NUMBER_CASES = [(10_000, 4, 32), (64, 2, 8), (64, 1, 16), (48, 2, 8), (100, 4, 8), (10, 4, 2), (7, 2, 4),
+                 (5, 8, 1)]
 
 
 @exercise("Exercise 1 · The numbers of a DDP run")
@@ -91,6 +93,12 @@ def check_ddp_numbers(ddp_numbers: Callable[[int, int, int], tuple[int, int]]) -
             got[0] == want_batch,
             f"{world} processes with --batch-size {batch}: one optimizer step averages the gradients of "
             f"{want_batch} samples, not {got[0]}. --batch-size is per process.",
+        )
+        expect(
+            got[1] <= want_steps or n % want_batch,
+            f"{n} samples make exactly {want_steps} global batches of {want_batch}: nothing is left over, so there "
+            f"is no extra step ({want_steps} steps per epoch, not {got[1]}). Round up with math.ceil: int(x) + 1 "
+            "adds a step when x is whole, and so does round(x + 0.5) for odd x (Python rounds halves to even)",
         )
         expect(
             got[1] == want_steps,
@@ -172,31 +180,46 @@ class RecordingDDP(nn.Module):
     """A one-process stand-in for ``DistributedDataParallel`` that records what DDP would all-reduce.
 
     DDP decides during ``forward`` whether the backward of that output will all-reduce the gradients:
-    yes, unless the forward runs inside ``no_sync()`` (or without gradients). Each forward is logged
-    as ``("forward", synced)`` and the backward through its output as ``("backward", synced)``.
+    yes when its public attribute ``require_backward_grad_sync`` is true and gradients are enabled.
+    ``no_sync()`` only clears that attribute for the duration of the block and restores it afterwards,
+    so setting it by hand (as nanoGPT's training loop does) works the same; this stand-in keeps the same
+    attribute. Every forward of the wrapped module is logged as ``("forward", synced)`` and the backward
+    through its output as ``("backward", synced)``, including a forward that bypasses the wrapper
+    (``ddp.module(x)``): never synced, as under DDP, whose reducer then accumulates locally.
+    ``via_wrapper`` holds, per logged forward, whether it went through the wrapper.
     """
 
     def __init__(self, module: nn.Module, log: list) -> None:
         super().__init__()
         self.module = module
         self.log = log
-        self._sync = True
+        self.require_backward_grad_sync = True
+        self.via_wrapper: list[bool] = []
+        self._inside = False
+        module.register_forward_hook(self._record)
 
     @contextlib.contextmanager
     def no_sync(self):
-        before, self._sync = self._sync, False
+        before = self.require_backward_grad_sync
+        self.require_backward_grad_sync = False
         try:
             yield
         finally:
-            self._sync = before
+            self.require_backward_grad_sync = before
 
     def forward(self, *args, **kwargs):
-        out = self.module(*args, **kwargs)
-        synced = self._sync and torch.is_grad_enabled()
+        self._inside = True
+        try:
+            return self.module(*args, **kwargs)
+        finally:
+            self._inside = False
+
+    def _record(self, module: nn.Module, args: tuple, out: object) -> None:
+        synced = self._inside and bool(self.require_backward_grad_sync) and torch.is_grad_enabled()
         self.log.append(("forward", synced))
+        self.via_wrapper.append(self._inside)
         if isinstance(out, torch.Tensor) and out.requires_grad:
             out.register_hook(lambda grad: self.log.append(("backward", synced)))
-        return out
 
 
 class RecordingSGD:
@@ -274,7 +297,7 @@ def check_accumulate_step(accumulate_step: Callable[..., object], device: torch.
         backwards = [synced for what, synced in log if what == "backward"]
         steps = [i for i, (what, _) in enumerate(log) if what == "step"]
         expect(
-            forwards,
+            any(ddp.via_wrapper),
             "the model was never called through the DDP wrapper: call ddp(x), not ddp.module(x) (the module "
             "alone never all-reduces)",
         )
@@ -295,15 +318,22 @@ def check_accumulate_step(accumulate_step: Callable[..., object], device: torch.
             f"{len(steps)} time(s))",
         )
         expect(
+            forwards[-1] or ddp.via_wrapper[-1],
+            "the last micro-batch's forward bypassed the wrapper (ddp.module(x)): its backward does not "
+            "all-reduce, so every rank steps with its own gradients. Call ddp(x) for the last micro-batch, "
+            "outside no_sync()",
+        )
+        expect(
             forwards[-1] or not any(forwards),
-            "a micro-batch before the last set up the all-reduce, and the last ran inside no_sync(): the "
-            "gradients accumulated after the all-reduce stay on their rank. Run the first K-1 micro-batches "
-            "inside no_sync() and the last one outside",
+            "a micro-batch before the last set up the all-reduce, and the last ran inside no_sync() (or with "
+            "require_backward_grad_sync False): the gradients accumulated after the all-reduce stay on their "
+            "rank. Run the first K-1 micro-batches inside no_sync() and the last one outside",
         )
         expect(
             forwards[-1],
-            "the last micro-batch ran inside no_sync(): then no backward all-reduces and every rank steps with "
-            "its own gradients. Run the last micro-batch outside no_sync()",
+            "the last micro-batch ran inside no_sync() (or with require_backward_grad_sync False): then no "
+            "backward all-reduces and every rank steps with its own gradients. Run the last micro-batch outside "
+            "no_sync()",
         )
         expect(
             not any(forwards[:-1]),
