@@ -1,6 +1,7 @@
 """Chapter 07's checks: each rejects a catalogue of plausible wrong answers with the hint that fits, and
 accepts right answers written differently from the notebook's reference solutions (which nbval runs)."""
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -56,6 +57,15 @@ def one_hot_default_device(labels, num_classes):
     return torch.zeros(len(labels), num_classes).scatter_(1, labels.unsqueeze(1), 1.0)
 
 
+def one_hot_from_empty(labels, num_classes):               # the other positions keep what memory held
+    return torch.empty(len(labels), num_classes, device=labels.device).scatter_(1, labels.unsqueeze(1), 1.0)
+
+
+def one_hot_ones_on_default_device(labels, num_classes):   # on a GPU: src on the CPU, the rest on the GPU
+    out = labels.new_zeros(len(labels), num_classes, dtype=torch.float32)
+    return out.scatter_add_(1, labels.unsqueeze(1), torch.ones(len(labels), 1))
+
+
 def one_hot_with_f_one_hot(labels, num_classes):
     return F.one_hot(labels, num_classes).float()
 
@@ -76,6 +86,8 @@ ONE_HOT_WRONG = [
     (one_hot_index_not_unsqueezed, "labels.unsqueeze(1)"),
     (one_hot_index_moved_with_to_out, ".to(out) converts the dtype too"),
     (one_hot_default_device, "create every new tensor on labels.device"),
+    (one_hot_from_empty, "not torch.empty"),
+    (one_hot_ones_on_default_device, "Expected all tensors to be on the same device"),
     (one_hot_with_f_one_hot, "build it with scatter_"),
     (one_hot_eye_rows, "build it with scatter_"),
     (one_hot_comparison, "build it with scatter_"),
@@ -288,6 +300,26 @@ def segment_mean_counts_on_default_device(values, ids, num_segments):
     return sums / counts.clamp(min=1).unsqueeze(1)
 
 
+def segment_mean_from_empty(values, ids, num_segments):    # the empty segment keeps what memory held
+    index = ids.unsqueeze(1).expand_as(values)
+    out = values.new_empty(num_segments, values.shape[1])
+    return out.scatter_reduce(0, index, values, "mean", include_self=False)
+
+
+def segment_mean_on_cpu(values, ids, num_segments):        # right values, but on the CPU on a GPU machine
+    v, i = values.cpu(), ids.cpu()
+    sums = v.new_zeros(num_segments, v.shape[1]).index_add_(0, i, v)
+    return sums / torch.bincount(i, minlength=num_segments).clamp(min=1).unsqueeze(1)
+
+
+def segment_mean_empty_rows_on_default_device(values, ids, num_segments):   # torch.stack of two devices
+    rows = []
+    for s in range(num_segments):
+        members = values[ids == s]
+        rows.append(members.mean(0) if len(members) else torch.zeros(values.shape[1], dtype=values.dtype))
+    return torch.stack(rows)
+
+
 SEGMENT_WRONG = [
     (segment_mean_wrong_broadcast, "counts.unsqueeze(1) makes them divide the rows"),
     (segment_mean_include_self, "include_self=False"),
@@ -302,6 +334,9 @@ SEGMENT_WRONG = [
     (segment_mean_ids_in_place, "do not modify segment_ids in place"),
     (segment_mean_python_lists, "keep the result differentiable"),
     (segment_mean_counts_on_default_device, "create every new tensor on values.device"),
+    (segment_mean_from_empty, "not torch.empty or new_empty"),
+    (segment_mean_on_cpu, "keep the work on values.device"),
+    (segment_mean_empty_rows_on_default_device, "create every new tensor on values.device"),
 ]
 
 
@@ -345,11 +380,31 @@ def segment_mean_index_reduce(values, ids, num_segments):
     return out.index_reduce_(0, ids, values, "mean", include_self=False)
 
 
-@pytest.mark.filterwarnings("ignore:index_reduce\\(\\) is in beta")
+def segment_mean_moved_to_device(values, ids, num_segments):     # made on the CPU, then moved: fine on a GPU
+    sums = torch.zeros(num_segments, values.shape[1], dtype=values.dtype).to(values.device)
+    counts = torch.zeros(num_segments, dtype=values.dtype).to(values.device)
+    sums.index_add_(0, ids, values)
+    counts.index_add_(0, ids, torch.ones(len(ids), dtype=values.dtype).to(values.device))
+    return sums / counts.clamp(min=1).unsqueeze(1)
+
+
+def segment_mean_moved_to_device_bincount(values, ids, num_segments):  # bincount has no meta kernel
+    sums = torch.zeros(num_segments, values.shape[1], dtype=values.dtype).to(values.device)
+    sums = sums.index_add(0, ids, values)
+    return sums / torch.bincount(ids, minlength=num_segments).clamp(min=1).unsqueeze(1)
+
+
+def segment_mean_masks(values, ids, num_segments):                # boolean masks have no meta kernel either
+    rows = [values[ids == s].mean(0) if (ids == s).any() else values.new_zeros(values.shape[1])
+            for s in range(num_segments)]
+    return torch.stack(rows)
+
+
 @pytest.mark.parametrize(
     "answer",
     [segment_mean_index_add_bincount, segment_mean_two_scatter_adds, segment_mean_one_hot_matmul,
-     segment_mean_index_reduce],
+     segment_mean_index_reduce, segment_mean_moved_to_device, segment_mean_moved_to_device_bincount,
+     segment_mean_masks],
 )
 def test_segment_mean_accepts(answer):
     assert_accepted(check_segment_mean, answer)
@@ -404,10 +459,36 @@ def count_tokens_default_device(tokens, vocab_size):
     return out.scatter_add_(1, tokens, torch.ones_like(tokens))
 
 
-def count_tokens_rows_on_default_device(tokens, vocab_size):
-    out = torch.zeros(tokens.shape[0], vocab_size, dtype=torch.long, device=tokens.device)
-    rows = torch.arange(tokens.shape[0]).unsqueeze(1).expand_as(tokens)
-    return out.index_put_((rows, tokens), torch.ones_like(tokens), accumulate=True)
+def count_tokens_from_empty(tokens, vocab_size):            # adds to whatever memory held
+    return tokens.new_empty(tokens.shape[0], vocab_size).scatter_add_(1, tokens, torch.ones_like(tokens))
+
+
+def count_tokens_one_hot_on_cpu(tokens, vocab_size):        # right counts, on the CPU on a GPU machine
+    return F.one_hot(tokens.cpu(), vocab_size).sum(1)
+
+
+def count_tokens_numpy(tokens, vocab_size):
+    rows = tokens.numpy()
+    out = np.zeros((rows.shape[0], vocab_size), dtype=np.int64)
+    np.add.at(out, (np.arange(rows.shape[0])[:, None], rows), 1)
+    return torch.from_numpy(out)
+
+
+def count_tokens_bincount_on_cpu(tokens, vocab_size):       # bincount has no meta kernel: the fallback sees .cpu()
+    b = tokens.shape[0]
+    shifted = tokens + torch.arange(b, device=tokens.device).unsqueeze(1) * vocab_size
+    return torch.bincount(shifted.flatten(), minlength=b * vocab_size).view(b, vocab_size).cpu()
+
+
+def count_tokens_ones_on_default_device(tokens, vocab_size):   # on a GPU: src on the CPU, the rest on the GPU
+    out = tokens.new_zeros(tokens.shape[0], vocab_size)
+    return out.scatter_add_(1, tokens, torch.ones(tokens.shape, dtype=torch.long))
+
+
+def count_tokens_offsets_on_default_device(tokens, vocab_size):
+    b = tokens.shape[0]
+    shifted = tokens + torch.arange(b).unsqueeze(1) * vocab_size
+    return torch.bincount(shifted.flatten(), minlength=b * vocab_size).view(b, vocab_size)
 
 
 def count_tokens_offsets_in_place(tokens, vocab_size):
@@ -426,8 +507,13 @@ COUNT_WRONG = [
     (count_tokens_from_max, "not tokens.max() + 1"),
     (count_tokens_whole_batch, "each row keeps its own counts"),
     (count_tokens_default_device, "create every new tensor on tokens.device"),
-    (count_tokens_rows_on_default_device, "create every new tensor on tokens.device"),
     (count_tokens_offsets_in_place, "do not modify tokens in place"),
+    (count_tokens_from_empty, "not torch.empty or new_empty"),
+    (count_tokens_one_hot_on_cpu, "keep the work on tokens.device"),
+    (count_tokens_numpy, "keep the work on tokens.device"),
+    (count_tokens_bincount_on_cpu, "keep the work on tokens.device"),
+    (count_tokens_ones_on_default_device, "Expected all tensors to be on the same device"),
+    (count_tokens_offsets_on_default_device, "create every new tensor on tokens.device"),
 ]
 
 
@@ -457,10 +543,33 @@ def count_tokens_scatter_reduce_sum(tokens, vocab_size):
     return out.scatter_reduce(1, tokens, torch.ones_like(tokens), "sum")
 
 
+def count_tokens_rows_on_default_device(tokens, vocab_size):  # CUDA moves index tensors to the data's device
+    out = torch.zeros(tokens.shape[0], vocab_size, dtype=torch.long, device=tokens.device)
+    rows = torch.arange(tokens.shape[0]).unsqueeze(1).expand_as(tokens)
+    return out.index_put_((rows, tokens), torch.ones_like(tokens), accumulate=True)
+
+
+def count_tokens_moved_to_device(tokens, vocab_size):        # made on the CPU, then moved: fine on a GPU
+    out = torch.zeros(tokens.shape[0], vocab_size, dtype=torch.long).to(tokens.device)
+    return out.scatter_add_(1, tokens, torch.ones_like(tokens))
+
+
+def count_tokens_index_put_number(tokens, vocab_size):       # a 0-dim CPU value is a number on any device
+    out = tokens.new_zeros(tokens.shape[0], vocab_size)
+    rows = torch.arange(tokens.shape[0], device=tokens.device)[:, None].expand_as(tokens)
+    return out.index_put_((rows, tokens), torch.tensor(1), accumulate=True)
+
+
+def count_tokens_python_lists(tokens, vocab_size):           # slow, but the result is on tokens.device
+    rows = tokens.tolist()
+    return torch.tensor([[row.count(v) for v in range(vocab_size)] for row in rows], device=tokens.device)
+
+
 @pytest.mark.parametrize(
     "answer",
     [count_tokens_index_put_accumulate, count_tokens_one_hot_sum, count_tokens_bincount_offsets,
-     count_tokens_scatter_reduce_sum],
+     count_tokens_scatter_reduce_sum, count_tokens_rows_on_default_device, count_tokens_moved_to_device,
+     count_tokens_index_put_number, count_tokens_python_lists],
 )
 def test_count_tokens_accepts(answer):
     assert_accepted(check_count_tokens, answer)
@@ -492,6 +601,35 @@ def test_other_errors_become_hints_not_not_attempted(check):
     for answer in (unfinished, broken):
         verdict, hint = outcome(check, answer)
         assert verdict == "failed" and "raised" in hint and "Likely cause" in hint
+
+
+@pytest.mark.parametrize(
+    ("check", "answer"),
+    [(check_one_hot, one_hot_from_empty), (check_segment_mean, segment_mean_from_empty),
+     (check_count_tokens, count_tokens_from_empty)],
+    ids=lambda a: a.__name__,
+)
+def test_answers_built_on_uninitialised_memory_fail_every_time(check, answer):
+    # Without the deterministic fill they passed a few runs in a hundred, when the memory happened to hold 0.
+    assert {outcome(check, answer)[0] for _ in range(20)} == {"failed"}
+
+
+@pytest.mark.parametrize("mode", [0, 2])
+def test_checks_print_nothing_and_restore_the_deterministic_mode(mode, capsys):
+    import warnings
+
+    before = torch.get_deterministic_debug_mode()
+    torch.set_deterministic_debug_mode(mode)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for check, answer in [(check_segment_mean, segment_mean_index_reduce),
+                                  (check_count_tokens, count_tokens_bincount_offsets)]:
+                assert outcome(check, answer) == ("passed", "")
+        assert torch.get_deterministic_debug_mode() == mode
+    finally:
+        torch.set_deterministic_debug_mode(before)
+    assert caught == [] and capsys.readouterr() == ("", "")
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)

@@ -5,24 +5,38 @@ common slip, the right operation along the wrong ``dim``, still *runs* and is ca
 rather than by a crash. Every call into the learner's code goes through :func:`utils.checks.learner_code`,
 so an error becomes a hint that names the likely cause.
 
-Where the output lands is checked without a GPU, in one of two ways:
+Where the output lands is checked without a GPU, on the principle that a GPU machine has two devices: the
+input's, and the default one (the CPU) where a tensor made without ``device=`` lands.
 
-* inputs on the ``meta`` device (shapes and devices, no data): the output must be on ``meta`` too.
-  Used where every plausible right answer has a meta kernel (exercises 1 and 2).
-* CPU inputs with the *default* device set to ``meta`` (``with torch.device("meta")``): a tensor the
-  answer creates without ``device=`` lands on ``meta``, so the result moves, breaks or changes; an
-  answer that takes the device from its input gives the same CPU result as before. Used where a right
-  answer may call an operation without a meta kernel, such as ``torch.bincount`` (exercises 3 and 4).
+* Inputs on the ``meta`` device (shapes and devices, no data) stand in for inputs on a GPU; the result
+  must be on ``meta`` too. Meta kernels do not refuse every mix of devices that CUDA refuses (a
+  ``scatter_add_`` with a CPU ``src`` runs), so a function mode refuses them as CUDA does: a call may mix
+  the two devices only through the CPU numbers CUDA accepts (0-dim tensors), index tensors (CUDA moves
+  them to the data) and conversions (``.to``, ``copy_``). Copying the data to the CPU (``.cpu()``,
+  ``.numpy()``) fails on ``meta`` and is refused: a result built from the copy would land on the CPU.
+* Where an operation has no meta kernel (``torch.bincount``, a boolean mask) or the code needs the values
+  (``.item()``, ``.tolist()``), the check falls back to CPU inputs with the *default* device set to
+  ``meta`` (``with torch.device("meta")``): a tensor the answer creates without ``device=`` lands on
+  ``meta``, so the result moves, breaks or changes; an answer that takes the device from its input gives
+  the same CPU result as before, and one that calls ``.cpu()`` or ``.numpy()`` is refused. Moving a new
+  tensor onto the input's device (``.to(x.device)``) cannot copy out of ``meta``, but works on a GPU, so
+  it passes.
+
+The learner's code runs in torch's deterministic debug mode (``"warn"``, silenced): memory from
+``torch.empty`` or ``new_empty`` then holds NaN (integers: their largest value) rather than whatever
+was there, so an answer that reads memory nobody wrote fails every time, not by chance.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+import warnings
+from collections.abc import Callable, Iterator
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-from utils.checks import exercise, expect, learner_code
+from utils.checks import ExerciseFailed, exercise, expect, learner_code
 
 __all__ = ["check_count_tokens", "check_one_hot", "check_segment_mean", "check_select_scores"]
 
@@ -42,6 +56,101 @@ def _device_hint(name: str) -> str:
         f"{name}.new_zeros(...) or torch.zeros_like({name}). A bare torch.zeros(...) or torch.arange(...) "
         "lands on the default device (the CPU), not where the data is"
     )
+
+
+def _host_hint(name: str) -> str:
+    return (
+        f"keep the work on {name}.device: .cpu() and .numpy() copy the data to the CPU, and a result built "
+        f"from the copy (torch.from_numpy too) lands there, not on {name}.device. Also " + _device_hint(name)
+    )
+
+
+#: Calls that may take tensors on two devices on CUDA: conversions, and indexing (whose index tensors
+#: CUDA moves to the data's device).
+_CONVERSIONS = frozenset({"to", "copy_", "new_tensor", "type_as", "expand_as", "view_as", "reshape_as", "__getitem__"})
+_INDEX_WRITES = frozenset({"__setitem__", "index_put", "index_put_"})
+
+
+def _tensors(obj: object) -> Iterator[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (tuple, list)):
+        for item in obj:
+            yield from _tensors(item)
+    elif isinstance(obj, dict):
+        for item in obj.values():
+            yield from _tensors(item)
+
+
+class _SameDevice(TorchFunctionMode):
+    """Refuses, as CUDA does, a call that mixes tensors on two devices, apart from CPU numbers (0-dim
+    tensors), index tensors and conversions. Meta kernels let some such mixes through."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        called = getattr(func, "__name__", "")
+        if called == "tolist" and args and args[0].is_meta:
+            raise _NeedsData("tolist")      # Python numbers: a new tensor made from them shows where it lands
+        if called in _CONVERSIONS:
+            checked: list[object] = []
+        elif called in _INDEX_WRITES:       # the value must be on the data's device; the index need not be
+            index = args[1] if len(args) > 1 else kwargs.get("indices")
+            value = args[2] if len(args) > 2 else kwargs.get("values", kwargs.get("value"))
+            checked = [args[0] if args else None, value] if any(True for _ in _tensors(index)) else []
+        else:
+            checked = [args, kwargs]
+        devices = {t.device for t in _tensors(checked) if t.dim() > 0 or t.device.type != "cpu"}
+        if len(devices) > 1:
+            raise ExerciseFailed(
+                f"{called}() got tensors on {self.name}.device and on the default device (the CPU); on a GPU it "
+                "stops with 'Expected all tensors to be on the same device': " + _device_hint(self.name)
+            )
+        return func(*args, **kwargs)
+
+
+_NOT_RUN = object()
+
+
+class _NeedsData(Exception):
+    """The learner's code needs the values of a meta tensor."""
+
+
+def _copied_to_host(err: BaseException) -> bool:
+    """The error a meta tensor raises when the code copies its data to the CPU."""
+    text = str(err)
+    return "copy out of meta" in text or "convert meta device type tensor to numpy" in text
+
+
+def _meta_cannot_run(err: BaseException) -> bool:
+    """True for an operation that has no meta kernel (``bincount``) or needs the data (``.item()``, a mask)."""
+    text = str(err)
+    if _copied_to_host(err):
+        return False
+    return (isinstance(err, NotImplementedError) and "meta" in text.lower()) or "called on meta tensors" in text
+
+
+def _empty_memory_filled(check: Callable) -> Callable:
+    """Run ``check`` in the deterministic debug mode ``"warn"``: ``torch.empty`` then fills new memory with NaN
+    (integers: their largest value). Its warnings are dropped and the previous settings come back."""
+
+    @functools.wraps(check)
+    def run(*args, **kwargs):
+        before, fill = torch.get_deterministic_debug_mode(), torch.utils.deterministic.fill_uninitialized_memory
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.set_deterministic_debug_mode("warn")
+            torch.utils.deterministic.fill_uninitialized_memory = True
+            try:
+                return check(*args, **kwargs)
+            finally:
+                torch.set_deterministic_debug_mode(before)
+                torch.utils.deterministic.fill_uninitialized_memory = fill
+
+    return run
 
 
 class _Calls(TorchFunctionMode):
@@ -89,10 +198,49 @@ def _expect_same_without_default_device(name: str, out: torch.Tensor, under_meta
     )
 
 
+def _expect_on_input_device(name: str, fn: Callable, args: tuple, out: torch.Tensor) -> None:
+    """``fn(*args)`` gave ``out`` on the CPU; its result must follow the inputs to another device (see the top)."""
+    on_meta: object = _NOT_RUN
+    meta_args = tuple(a.to("meta") if isinstance(a, torch.Tensor) else a for a in args)
+    with learner_code(f"calling {ON_META}", _device_hint(name)):
+        try:
+            with _SameDevice(name):
+                on_meta = fn(*meta_args)
+        except Exception as err:
+            if _copied_to_host(err):
+                raise ExerciseFailed(f"your function copies data to the CPU ({type(err).__name__}: {err}): "
+                                     + _host_hint(name)) from None
+            if not (isinstance(err, _NeedsData) or _meta_cannot_run(err)):
+                raise
+            on_meta = _NOT_RUN              # no meta kernel, or the code needs the values: the default device
+    if on_meta is not _NOT_RUN:
+        expect(
+            isinstance(on_meta, torch.Tensor) and on_meta.is_meta and on_meta.shape == out.shape,
+            f"with {name} on the meta device the result must be on the meta device too, of shape "
+            f"{tuple(out.shape)}; it is "
+            + (f"on {on_meta.device}, of shape {tuple(on_meta.shape)}" if isinstance(on_meta, torch.Tensor)
+               else type(on_meta).__name__)
+            + ": " + _host_hint(name),
+        )
+        return
+    with learner_code(f"calling {WITH_META_DEFAULT}", _device_hint(name)):
+        try:
+            with torch.device("meta"), _Calls() as calls:
+                under_meta = fn(*args)
+        except NotImplementedError as err:
+            if "copy out of meta" not in str(err):
+                raise
+            under_meta = None               # a new tensor moved onto the input's device: fine on a GPU
+    expect(not calls.names & {"cpu", "numpy", "__array__"}, _host_hint(name))
+    if under_meta is not None:
+        _expect_same_without_default_device(name, out, under_meta)
+
+
 # --- Exercise 1 ---------------------------------------------------------------------------------------
 
 
 @exercise("Exercise 1 · One-hot with scatter")
+@_empty_memory_filled
 def check_one_hot(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
     """``fn(labels, num_classes)``: labels (N,) → float (N, num_classes) of 0s and 1s, built with scatter,
     on the labels' device."""
@@ -111,6 +259,11 @@ def check_one_hot(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
     expect(out.is_floating_point(), f"return a float tensor (losses multiply it with floats); got {out.dtype}")
     want = torch.nn.functional.one_hot(labels, 4).to(out.dtype)
     expect(
+        not out.isnan().any(),
+        "start from torch.zeros, not torch.empty: scatter_ writes one position per row, and the others keep "
+        "whatever the new memory held (NaN here: the check fills new memory with NaN)",
+    )
+    expect(
         torch.equal(out, want),
         "row i must hold a single 1, in column labels[i]: scatter along dim=1 "
         "(zeros of shape (N, C), then .scatter_(1, labels.unsqueeze(1), 1.0)), not along dim=0",
@@ -126,19 +279,14 @@ def check_one_hot(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
         isinstance(wide, torch.Tensor) and wide.shape == (1, 5) and wide.tolist() == [[0, 1, 0, 0, 0]],
         "use num_classes for the width, not labels.max() + 1: one_hot(tensor([1]), 5) must be [[0, 1, 0, 0, 0]]",
     )
-    with learner_code(f"calling {ON_META}", _device_hint("labels")):
-        on_meta = fn(labels.to("meta"), 4)
-    expect(
-        isinstance(on_meta, torch.Tensor) and on_meta.is_meta,
-        f"with labels on the meta device the one-hot landed on "
-        f"{on_meta.device if isinstance(on_meta, torch.Tensor) else 'nothing'}: " + _device_hint("labels"),
-    )
+    _expect_on_input_device("labels", fn, (labels, 4), out)
 
 
 # --- Exercise 2 ---------------------------------------------------------------------------------------
 
 
 @exercise("Exercise 2 · Select each label's score in a batch")
+@_empty_memory_filled
 def check_select_scores(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
     """``fn(scores, labels)``: scores (B, N, C), labels (B, N) → (B, N), ``out[b, n] = scores[b, n, labels[b, n]]``,
     differentiable with respect to ``scores``, on the scores' device."""
@@ -179,13 +327,7 @@ def check_select_scores(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
         "a batch of one sequence of length one must still give shape (1, 1): squeeze only the last dim "
         "(squeeze(-1)), not every dim of size 1",
     )
-    with learner_code(f"calling {ON_META}", _device_hint("scores")):
-        on_meta = fn(scores.to("meta"), labels.to("meta"))
-    expect(
-        isinstance(on_meta, torch.Tensor) and on_meta.is_meta and on_meta.shape == (2, 5),
-        "with scores and labels on the meta device the result must be on the meta device too, of shape "
-        "(2, 5): " + _device_hint("scores"),
-    )
+    _expect_on_input_device("scores", fn, (scores, labels), out)
 
 
 # --- Exercise 3 ---------------------------------------------------------------------------------------
@@ -220,6 +362,7 @@ SEGMENT_IDS = torch.tensor([0, 2, 0, 1, 2, 2, 0])
 
 
 @exercise("Exercise 3 · Segment mean")
+@_empty_memory_filled
 def check_segment_mean(fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]) -> None:
     """``fn(values, segment_ids, num_segments)``: values (N, D) → (num_segments, D) per-segment means.
 
@@ -249,7 +392,9 @@ def check_segment_mean(fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Ten
     expect(out.dtype == values.dtype, f"return values' dtype ({values.dtype}); got {out.dtype}")
     expect(
         not torch.isnan(out).any(),
-        "an empty segment must give 0, not NaN: divide by the count clamped to at least 1",
+        "an empty segment must give 0, not NaN: divide by the count clamped to at least 1, and start from "
+        "zeros (values.new_zeros), not torch.empty or new_empty: nothing is written to an empty segment's row, "
+        "so it keeps whatever the new memory held (the check fills new memory with NaN)",
     )
     expect(
         not torch.allclose(out[:3], (want * counts / (counts + 1))[:3]),
@@ -311,16 +456,14 @@ def check_segment_mean(fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Ten
         "the gradient of a segment's mean reaches each of its rows with weight 1 / (rows in the segment)",
     )
 
-    with learner_code(f"calling {WITH_META_DEFAULT}", _device_hint("values")):
-        with torch.device("meta"):
-            under_meta = fn(values, ids, 4)
-    _expect_same_without_default_device("values", out, under_meta)
+    _expect_on_input_device("values", fn, (values, ids, 4), out)
 
 
 # --- Exercise 4 ---------------------------------------------------------------------------------------
 
 
 @exercise("Exercise 4 · Count tokens per row")
+@_empty_memory_filled
 def check_count_tokens(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
     """``fn(tokens, vocab_size)``: tokens (B, L) int64 → int64 (B, vocab_size), ``out[b, v]`` = how many
     times ``v`` occurs in row ``b``; on the tokens' device."""
@@ -345,6 +488,12 @@ def check_count_tokens(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
     )
     expect(out.dtype == torch.int64, f"counts are whole numbers: return int64 (torch.long); got {out.dtype}")
     expect(
+        bool(((out >= 0) & (out <= tokens.numel())).all()),
+        "the counts must lie between 0 and the number of tokens: start from zeros (tokens.new_zeros), not "
+        "torch.empty or new_empty, whose memory holds whatever was there (the check fills new memory with "
+        "the largest int64, so adding to it overflows)",
+    )
+    expect(
         not torch.equal(out, want.clamp(max=1)),
         "a token that occurs several times in a row is counted once: out[rows, tokens] += 1, scatter_ and "
         "index_put_ without accumulate write each position once, however often it repeats. Make repeats "
@@ -361,7 +510,4 @@ def check_count_tokens(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
         isinstance(small, torch.Tensor) and small.tolist() == [[0, 1, 0]],
         "use vocab_size for the width, not tokens.max() + 1: count_tokens(tensor([[1]]), 3) must be [[0, 1, 0]]",
     )
-    with learner_code(f"calling {WITH_META_DEFAULT}", _device_hint("tokens")):
-        with torch.device("meta"):
-            under_meta = fn(tokens, 5)
-    _expect_same_without_default_device("tokens", out, under_meta)
+    _expect_on_input_device("tokens", fn, (tokens, 5), out)
