@@ -82,8 +82,54 @@ def right_average_of_ten(fn, devices, clock=time.perf_counter):
     return (clock() - start) / 10
 
 
+def right_device_context(fn, devices, clock=time.perf_counter):
+    """Make each GPU current, then a bare synchronize: how torch.cuda.synchronize(d) does it itself."""
+    def wait():
+        for d in devices:
+            if d.type == "cuda":
+                with torch.cuda.device(d):
+                    torch.cuda.synchronize()
+
+    fn()
+    wait()
+    start = clock()
+    fn()
+    wait()
+    return clock() - start
+
+
+def right_set_device(fn, devices, clock=time.perf_counter):
+    def wait():
+        for d in cuda_devices(devices):
+            torch.cuda.set_device(d)
+            torch.cuda.synchronize()
+
+    fn()
+    wait()
+    start = clock()
+    fn()
+    wait()
+    return clock() - start
+
+
+def right_accelerator_device_index(fn, devices, clock=time.perf_counter):
+    def wait():
+        for d in devices:
+            if d.type != "cpu":
+                with torch.accelerator.device_index(d.index):
+                    torch.accelerator.synchronize()
+
+    fn()
+    wait()
+    start = clock()
+    fn()
+    wait()
+    return clock() - start
+
+
 @pytest.mark.parametrize("answer", [right_cuda_loops, right_with_measure, right_every_visible_gpu,
-                                    right_accelerator_api_median, right_average_of_ten])
+                                    right_accelerator_api_median, right_average_of_ten, right_device_context,
+                                    right_set_device, right_accelerator_device_index])
 def test_fixed_timer_accepts(answer):
     assert outcome(check_fixed_timer, answer) == ("passed", "")
 
@@ -207,6 +253,30 @@ def crashes_on_the_cpu(fn, devices, clock=time.perf_counter):
     return clock() - start
 
 
+def device_context_with_the_cpu(fn, devices, clock=time.perf_counter):
+    fn()
+    for d in devices:
+        with torch.cuda.device(d):
+            torch.cuda.synchronize()
+    start = clock()
+    fn()
+    for d in devices:
+        with torch.cuda.device(d):
+            torch.cuda.synchronize()
+    return clock() - start
+
+
+def selects_the_last_device_only(fn, devices, clock=time.perf_counter):
+    """A bare synchronize waits for the current device, which is now the last one of devices."""
+    torch.cuda.set_device(devices[-1])
+    fn()
+    torch.cuda.synchronize()
+    start = clock()
+    fn()
+    torch.cuda.synchronize()
+    return clock() - start
+
+
 def ignores_the_clock(fn, devices, clock=time.perf_counter):
     fn()
     synchronize(devices)
@@ -264,6 +334,8 @@ def bare_sync_always(fn, devices, clock=time.perf_counter):
         (starts_the_clock_after_fn, "fn spends 3 ms on the CPU, and with devices=[cpu] the time returned is 0.0"),
         (includes_the_warm_up, "it includes the warm-up. Call fn once before starting the clock"),
         (crashes_on_the_cpu, "skip the CPU"),
+        (device_context_with_the_cpu, "skip the CPU"),
+        (selects_the_last_device_only, "after fn it waited for cuda:1 but not for cuda:0"),
         (ignores_the_clock, "it does not read the time with clock()"),
         (returns_milliseconds, "return seconds, not milliseconds"),
         (returns_the_timing, "a Timing: return its .median"),
@@ -314,14 +386,22 @@ def test_fixed_timer_stub_and_crash():
 
     verdict, message = outcome(check_fixed_timer, typo)
     assert verdict == "failed" and "raised NameError" in message
+    assert "skip the CPU" not in message  # that hint only where a CUDA call was handed the CPU
 
 
 def test_the_fake_gpus_leave_torch_as_they_were():
-    before = (torch.cuda.synchronize, torch.accelerator.synchronize, torch.cuda.is_available, torch.cuda.device_count)
+    def patched():
+        return (torch.cuda.synchronize, torch.accelerator.synchronize, torch.cuda.is_available,
+                torch.cuda.device_count, torch.cuda.set_device, torch.cuda.current_device, torch.cuda._exchange_device,
+                torch.cuda._maybe_exchange_device, torch.cuda._get_device_index, torch.accelerator._get_device_index,
+                torch._C._accelerator_exchangeDevice, torch._C._accelerator_getDeviceIndex)
+
+    before = patched()
     assert outcome(check_fixed_timer, naive)[0] == "failed"
     assert outcome(check_fixed_timer, right_cuda_loops)[0] == "passed"
-    after = (torch.cuda.synchronize, torch.accelerator.synchronize, torch.cuda.is_available, torch.cuda.device_count)
-    assert before == after
+    assert outcome(check_fixed_timer, right_set_device)[0] == "passed"
+    assert outcome(check_fixed_timer, device_context_with_the_cpu)[0] == "failed"
+    assert patched() == before
 
 
 # --- Exercise 2 · Which rows can you trust? ---------------------------------------------------------
@@ -381,6 +461,14 @@ def test_report_is_consistent_with_its_story():
     assert REPORT["F"][1] == pytest.approx(50 + 2 * chunk_ms, rel=0.05)  # the earlier copy, then the step
     assert REPORT["B"][1] < REPORT["D"][1] / 10
     assert set(TRUTH.values()) <= set(REASONS) and set(TRUTH) == set(REPORT)
+
+
+def test_report_has_one_synchronised_row_below_its_step():
+    """The task asks about the one row that synchronised yet reports less than its step takes: D, not B."""
+    busiest_gpu_chunks = {"A": 4, "B": 4, "C": 4, "D": 3, "E": 2, "F": 2}  # the step's time, in 10 ms chunks
+    below = [row for row, (how, ms) in REPORT.items() if ms < 10 * busiest_gpu_chunks[row]]
+    assert below == ["B", "D"] and "no synchronisation" in REPORT["B"][0]
+    assert "synchronize() before and after" in REPORT["D"][0]
 
 
 # --- Exercise 3 · A masked mean without a hidden synchronisation --------------------------------------

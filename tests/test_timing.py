@@ -21,6 +21,7 @@ from utils import timing
 from utils.fake_gpus import FakeGPUs, fake_gpus
 from utils.timing import (
     CPUWorkers,
+    HostReads,
     Timing,
     WorkerRun,
     compare,
@@ -610,6 +611,21 @@ def test_judge_speedup_refutes_only_on_clean_evidence():
 def test_judge_speedup_upper_bound():
     one, two = [quiet_run(0.010)], [quiet_run(0.009, workers=2)]
     assert judge_speedup(one, two, claim="tiny tasks gain little", at_most=1.5).holds is True
+
+
+# --- hidden synchronisations ----------------------------------------------------------------------
+
+def test_host_reads_notes_copies_to_the_host_but_not_moves_to_the_tensors_own_device():
+    x, mask = torch.ones(2, 3), torch.ones(2, 3, dtype=torch.bool)
+    with HostReads() as reads:
+        mask.to(x.device), mask.to(device=x.device, dtype=x.dtype), mask.to(x), mask.to(torch.float64)
+    assert reads == []  # each returns mask (or a cast) on x's device, whatever that device is
+    with HostReads() as reads:
+        x.cpu(), x.to("cpu"), x.to(device="cpu:0"), x.to("cpu", torch.float64)
+    assert reads == [".cpu() / .to('cpu')"] * 4  # "cpu" names the host: from a GPU, a copy that waits
+    on_gpu = mock.Mock(spec=torch.Tensor, device=CUDA0)  # only its device is read: no GPU needed
+    assert timing._to_host((on_gpu, CPU), {}) and timing._to_host((on_gpu,), {"device": CPU})
+    assert timing._to_host((on_gpu, x), {}) and not timing._to_host((on_gpu, CUDA0), {})
 
 
 # --- bad input ------------------------------------------------------------------------------------

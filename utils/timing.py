@@ -683,8 +683,18 @@ def _holds_bool_tensor(index: object) -> bool:
 
 
 def _to_host(args: tuple, kwargs: dict) -> bool:
-    targets = [*args[1:], kwargs.get("device")]
-    return any(isinstance(t, torch.device | str) and str(t).split(":")[0] == "cpu" for t in targets)
+    """Whether ``tensor.to(...)`` copies to the host on a GPU: a target spelt ``"cpu"`` names the host
+    whatever device the code runs on; a ``torch.device`` (or a tensor's) is the CPU only for data that
+    is elsewhere: ``mask.to(x.device)`` returns ``mask`` itself when both are on the same device."""
+    own = args[0].device if args and isinstance(args[0], torch.Tensor) else None
+    for target in (*args[1:], kwargs.get("device")):
+        if isinstance(target, torch.Tensor):
+            target = target.device
+        if isinstance(target, str) and target.split(":")[0] == "cpu":
+            return True
+        if isinstance(target, torch.device) and target.type == "cpu" and own is not None and own.type != "cpu":
+            return True
+    return False
 
 
 class HostReads(TorchFunctionMode):
@@ -702,8 +712,10 @@ class HostReads(TorchFunctionMode):
     values (boolean-mask indexing, ``nonzero``, ``torch.where(condition)``, ``masked_select``,
     ``unique``, ``bincount``, ``repeat_interleave`` with tensor repeats, ``one_hot`` without
     ``num_classes``); and a copy to the host (``.cpu()``, ``.to("cpu")``, ``.numpy()``), free for a CPU
-    tensor but a synchronisation from a GPU. The list is of the common cases, not every operator; on a
-    GPU, ``torch.cuda.set_sync_debug_mode("warn")`` reports every synchronisation the device makes.
+    tensor but a synchronisation from a GPU. A ``torch.device`` target is judged against the tensor's own
+    device: ``mask.to(x.device)`` is not noted (a no-op, on any machine), nor is ``.to(torch.device("cpu"))``
+    of a CPU tensor. The list is of the common cases, not every operator; on a GPU,
+    ``torch.cuda.set_sync_debug_mode("warn")`` reports every synchronisation the device makes.
     Nothing is changed: every call runs as usual.
     """
 
