@@ -130,6 +130,30 @@ def test_fake_gpus_run_launched_work_later_on_a_virtual_clock():
     assert torch.accelerator.device_count() == (torch.cuda.device_count() if torch.cuda.is_available() else 0)
 
 
+def test_fake_gpus_have_a_current_device_that_a_bare_synchronize_waits_for():
+    with fake_gpus(3) as gpus:
+        assert torch.cuda.current_device() == 0 and torch.accelerator.current_device_index() == 0
+        torch.cuda.set_device("cuda:2")
+        assert torch.cuda.current_device() == 2
+        torch.cuda.synchronize()
+        assert gpus.synced[-1] == torch.device("cuda", 2)
+        with torch.cuda.device(1):  # selects cuda:1 for the block, then puts cuda:2 back
+            assert torch.cuda.current_device() == 1
+            torch.accelerator.synchronize()
+        assert gpus.synced[-1] == torch.device("cuda", 1) and torch.cuda.current_device() == 2
+        torch.accelerator.set_device_index(0)
+        with torch.accelerator.device_index(1):
+            assert torch.accelerator.current_device_index() == 1
+        assert torch.cuda.current_device() == 0
+        with pytest.raises(RuntimeError, match="invalid device ordinal 3"):
+            torch.cuda.set_device(3)
+        with pytest.raises(ValueError):
+            torch.cuda.set_device("cpu")  # torch's own parsing refuses the CPU
+    with fake_gpus(0):
+        with pytest.raises(RuntimeError, match="no cuda device"):
+            torch.cuda.current_device()
+
+
 def test_fake_gpus_arguments():
     with pytest.raises(TypeError, match="count"):
         with fake_gpus(1.5):

@@ -7,7 +7,10 @@ time), and by the test suite (device helpers, the doctor, the timing helpers).
 
 Inside ``with fake_gpus(2) as gpus:`` PyTorch reports two CUDA devices (``torch.accelerator`` and
 ``torch.cuda`` agree), and ``torch.cuda.synchronize`` / ``torch.accelerator.synchronize`` wait on the
-fake devices instead of real ones. Work is modelled the way a GPU runs it: :meth:`FakeGPUs.launch`
+fake devices instead of real ones. The machine has a current device, as a real one does:
+``torch.cuda.device(d)``, ``torch.cuda.set_device(d)`` and their ``torch.accelerator`` twins
+(``device_index``, ``set_device_index``) select it, ``current_device()`` reads it, and a
+``synchronize()`` without a device waits for it. Work is modelled the way a GPU runs it: :meth:`FakeGPUs.launch`
 returns at once and the device is busy for a while after, :meth:`FakeGPUs.sync` advances the clock
 to the moment that device is idle. Time is virtual (:meth:`FakeGPUs.clock`), so a test that asserts
 "this timer waited for both devices" cannot fail because the machine running it is busy.
@@ -45,6 +48,8 @@ class FakeGPUs:
         self.busy_until = [0.0] * self.count
         #: Every device a synchronize call waited for, in order.
         self.synced: list[torch.device] = []
+        #: The current device's index (what a bare ``"cuda"`` and a bare ``synchronize()`` mean).
+        self.current = 0
 
     def clock(self) -> float:
         """The virtual time in seconds; pass it where a timer function is expected."""
@@ -67,10 +72,26 @@ class FakeGPUs:
         """Whether device ``index`` has finished all its queued work by now."""
         return self.busy_until[check_int(index, "index", 0, max(self.count - 1, 0))] <= self.now
 
+    def exchange(self, index: int) -> int:
+        """Make device ``index`` current (a negative index: no change); return the index current before.
+        Stands in for torch's ``_exchange_device``, which ``torch.cuda.device`` and ``set_device`` use."""
+        if index < 0:
+            return -1
+        if index >= self.count:
+            raise RuntimeError(f"invalid device ordinal {index}: {self.count} fake {self.kind} device(s)")
+        before, self.current = self.current, index
+        return before
+
+    def current_index(self) -> int:
+        """Stand-in for ``torch.cuda.current_device()``."""
+        if not self.count:
+            raise RuntimeError(f"current device asked for, but this (fake) machine has no {self.kind} device")
+        return self.current
+
     def sync(self, device: torch.device | str | int | None = None) -> None:
-        """Stand-in for ``torch.cuda.synchronize``: wait for one device (``None``: the current one, 0)."""
+        """Stand-in for ``torch.cuda.synchronize``: wait for one device (``None``: the current one)."""
         if device is None:
-            index = 0
+            index = self.current
         elif isinstance(device, int) and not isinstance(device, bool):
             index = device
         else:
@@ -98,11 +119,27 @@ def fake_gpus(count: int = 2, kind: str = "cuda") -> Iterator[FakeGPUs]:
         mock.patch.object(torch.cuda, "is_available", lambda: present and kind == "cuda"),
         mock.patch.object(torch.cuda, "device_count", lambda: count if kind == "cuda" else 0),
         mock.patch.object(torch.cuda, "synchronize", gpus.sync if kind == "cuda" else _no_cuda),
+        # the current device: torch's own functions parse the argument, then call these
+        mock.patch.object(torch._C, "_accelerator_exchangeDevice", gpus.exchange, create=True),
+        mock.patch.object(torch._C, "_accelerator_maybeExchangeDevice", gpus.exchange, create=True),
+        mock.patch.object(torch._C, "_accelerator_setDeviceIndex", gpus.exchange, create=True),
+        mock.patch.object(torch._C, "_accelerator_getDeviceIndex", gpus.current_index, create=True),
     ]
+    if kind == "cuda":
+        patches += [
+            mock.patch.object(torch.cuda, "_exchange_device", gpus.exchange),
+            mock.patch.object(torch.cuda, "_maybe_exchange_device", gpus.exchange),
+            mock.patch.object(torch.cuda, "set_device", lambda device: gpus.exchange(_cuda_index(device))),
+            mock.patch.object(torch.cuda, "current_device", gpus.current_index),
+        ]
     with contextlib.ExitStack() as stack:
         for patch in patches:
             stack.enter_context(patch)
         yield gpus
+
+
+def _cuda_index(device) -> int:
+    return torch.cuda._get_device_index(device)  # torch's own parsing (refuses the CPU), looked up when called
 
 
 def _no_cuda(device=None) -> None:

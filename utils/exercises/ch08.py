@@ -5,8 +5,8 @@ a fake device finishes later on a virtual clock, and ``torch.cuda.synchronize`` 
 ``torch.accelerator.synchronize`` wait for it), so it works on any machine and cannot be fooled or
 failed by the speed of the machine. Every device of the claim is tried in every role: the one whose
 work must be waited for after ``fn``, and the one whose earlier work must not be billed to ``fn``.
-The pretend machine also has a current device (``_machine``): ``torch.cuda.device(d)``, ``set_device`` and
-their ``torch.accelerator`` twins select it, and a ``synchronize()`` without a device waits for it.
+The pretend machine has a current device, as a real one does: an answer may select each GPU and then call
+a bare ``synchronize()``, which is how ``torch.cuda.synchronize(d)`` works itself.
 Exercise 2 is a benchmark report to judge row by row. Exercise 3 runs the learner's function under
 ``utils.timing.HostReads``, which notes every call that needs tensor values on the host (and so, on a
 GPU, waits for the device); on a CUDA ``device`` the check also runs it under
@@ -100,89 +100,61 @@ class _Clock:
         return after - before
 
 
-class _CurrentDevice:
-    """The pretend machine's current device, which ``fake_gpus`` leaves out: as in torch,
-    ``torch.cuda.device(d)`` / ``set_device(d)`` and ``torch.accelerator.device_index(i)`` /
-    ``set_device_index(i)`` select it, ``current_device()`` reads it, and ``synchronize()`` without a
-    device waits for it. ``cpu_asked`` notes whether one of these calls was handed the CPU."""
+class _CpuAsked:
+    """Notes whether the learner's code handed the CPU to a call that takes GPUs only (``torch.cuda.device``,
+    ``set_device``, ``synchronize`` and their ``torch.accelerator`` twins all parse their argument with
+    ``_get_device_index``), so that the hint says "skip the CPU" only when that happened."""
 
-    def __init__(self, gpus: FakeGPUs) -> None:
-        self.gpus, self.index, self.cpu_asked = gpus, 0, False
+    def __init__(self) -> None:
+        self.asked = False
         self._cuda_index, self._accelerator_index = torch.cuda._get_device_index, torch.accelerator._get_device_index
 
     def _note(self, device: object) -> None:
         if isinstance(device, str | torch.device) and str(device).split(":")[0] == "cpu":
-            self.cpu_asked = True
+            self.asked = True
 
     def cuda_index(self, device: object, optional: bool = False, allow_cpu: bool = False) -> int:
         if not allow_cpu:
             self._note(device)
-        return self._cuda_index(device, optional, allow_cpu)  # torch's own parsing: refuses the CPU
+        return self._cuda_index(device, optional, allow_cpu)
 
     def accelerator_index(self, device: object, optional: bool = False) -> int:
         self._note(device)
         return self._accelerator_index(device, optional)
 
-    def exchange(self, index: int) -> int:
-        """Select device ``index`` (a negative one: no change); return the index selected before."""
-        if index < 0:
-            return -1
-        if index >= self.gpus.count:
-            raise RuntimeError(f"invalid device ordinal {index}: {self.gpus.count} fake cuda device(s)")
-        before, self.index = self.index, index
-        return before
-
-    def current(self) -> int:
-        if not self.gpus.count:
-            raise RuntimeError("current device asked for, but this (fake) machine has no CUDA device")
-        return self.index
-
-    def set_device(self, device: object) -> None:
-        self.exchange(self.cuda_index(device))
-
-    def cuda_sync(self, device: object = None) -> None:
-        self.gpus.sync(self.cuda_index(device, optional=True))
-
-    def accelerator_sync(self, device: object = None, /) -> None:
-        self.gpus.sync(self.accelerator_index(device, optional=True))
-
 
 @contextlib.contextmanager
-def _machine(count: int) -> Iterator[tuple[FakeGPUs, _CurrentDevice]]:
-    """``fake_gpus(count)`` of CUDA devices, with a current device (see ``_CurrentDevice``)."""
+def _machine(count: int) -> Iterator[tuple[FakeGPUs, _CpuAsked]]:
+    """``fake_gpus(count)`` of CUDA devices, noting whether a GPU-only call was handed the CPU. The
+    synchronize stand-ins parse their argument as torch does, so that the CPU is refused as on a GPU."""
     with fake_gpus(count) as gpus, contextlib.ExitStack() as stack:
-        current = _CurrentDevice(gpus)
+        cpu = _CpuAsked()
         patches = [
-            (torch.cuda, "_get_device_index", current.cuda_index),
-            (torch.cuda, "_exchange_device", current.exchange),
-            (torch.cuda, "_maybe_exchange_device", current.exchange),
-            (torch.cuda, "set_device", current.set_device),
-            (torch.cuda, "current_device", current.current),
-            (torch.accelerator, "_get_device_index", current.accelerator_index),
-            (torch._C, "_accelerator_exchangeDevice", current.exchange),
-            (torch._C, "_accelerator_maybeExchangeDevice", current.exchange),
-            (torch._C, "_accelerator_setDeviceIndex", current.exchange),
-            (torch._C, "_accelerator_getDeviceIndex", current.current),
+            (torch.cuda, "_get_device_index", cpu.cuda_index),
+            (torch.accelerator, "_get_device_index", cpu.accelerator_index),
         ]
         if count:  # without a GPU, fake_gpus's synchronize already refuses
-            patches += [(torch.cuda, "synchronize", current.cuda_sync),
-                        (torch.accelerator, "synchronize", current.accelerator_sync)]
+            patches += [
+                (torch.cuda, "synchronize", lambda device=None: gpus.sync(cpu.cuda_index(device, optional=True))),
+                (torch.accelerator, "synchronize",
+                 lambda device=None, /: gpus.sync(cpu.accelerator_index(device, optional=True))),
+            ]
         for module, name, replacement in patches:
-            stack.enter_context(mock.patch.object(module, name, replacement, create=True))
-        yield gpus, current
+            stack.enter_context(mock.patch.object(module, name, replacement))
+        yield gpus, cpu
 
 
 _SKIP_CPU = ("torch.cuda.synchronize(d) accepts CUDA devices only: skip the CPU, whose work is finished when the "
              "call that issued it returns")
 
 
-def _time_it(answer, gpus: FakeGPUs, current: _CurrentDevice, step: _Step, devices: list[torch.device],
+def _time_it(answer, gpus: FakeGPUs, cpu: _CpuAsked, step: _Step, devices: list[torch.device],
              what: str) -> tuple[float, _Clock]:
     clock = _Clock(gpus, step)
     try:
         result = answer(step, devices, clock)
     except Exception:
-        with learner_code(f"calling time_on_devices(fn, {what}, clock)", _SKIP_CPU if current.cpu_asked else ""):
+        with learner_code(f"calling time_on_devices(fn, {what}, clock)", _SKIP_CPU if cpu.asked else ""):
             raise
     expect(
         isinstance(result, int | float) and not isinstance(result, bool),
@@ -243,17 +215,17 @@ def check_fixed_timer(time_on_devices: Callable[..., float]) -> None:
     order = [_cuda(2), _cuda(0), _cuda(1)]
     # 1. Every device in the role of the one with the long work: it must be waited for after fn.
     for k in range(3):
-        with _machine(3) as (gpus, current):
+        with _machine(3) as (gpus, cpu):
             step = _Step(gpus, {i: 0.060 if i == k else 0.002 for i in range(3)})
-            result, clock = _time_it(time_on_devices, gpus, current, step, order, "[cuda:2, cuda:0, cuda:1]")
+            result, clock = _time_it(time_on_devices, gpus, cpu, step, order, "[cuda:2, cuda:0, cuda:1]")
             expect(result >= 0.9 * step.one_call, _too_short(clock, _cuda(k), result))
             expect(result <= 1.1 * step.one_call, _too_long(clock, order, result))
     # 2. Every device in the role of the one with earlier work: it must be waited for before the clock starts.
     for k in range(3):
-        with _machine(3) as (gpus, current):
+        with _machine(3) as (gpus, cpu):
             gpus.launch(k, 0.200)  # queued before time_on_devices is called
             step = _Step(gpus, {(k + 1) % 3: 0.010})
-            result, clock = _time_it(time_on_devices, gpus, current, step, [_cuda(0), _cuda(1), _cuda(2)],
+            result, clock = _time_it(time_on_devices, gpus, cpu, step, [_cuda(0), _cuda(1), _cuda(2)],
                                      "[cuda:0, cuda:1, cuda:2]")
             expect(result >= 0.9 * step.one_call, _too_short(clock, _cuda((k + 1) % 3), result))
             bare = " (a bare torch.cuda.synchronize() waits for cuda:0 only)" if k else ""
@@ -264,9 +236,9 @@ def check_fixed_timer(time_on_devices: Callable[..., float]) -> None:
                 f"before starting the clock{bare}.",
             )
     # 3. The first call pays a one-time cost (think: CUDA context, cuBLAS handle) that is not fn's time.
-    with _machine(3) as (gpus, current):
+    with _machine(3) as (gpus, cpu):
         step = _Step(gpus, {0: 0.010}, first_call=0.5)
-        result, _ = _time_it(time_on_devices, gpus, current, step, [_cuda(0)], "[cuda:0]")
+        result, _ = _time_it(time_on_devices, gpus, cpu, step, [_cuda(0)], "[cuda:0]")
         expect(
             result <= 1.1 * step.one_call,
             f"fn's first call pays a one-time cost of 500 ms, later calls take {step.one_call * 1e3:.1f} ms, and "
@@ -274,9 +246,9 @@ def check_fixed_timer(time_on_devices: Callable[..., float]) -> None:
             "the clock, and do not time that call.",
         )
     # 4. The CPU among the devices: nothing to wait for, and CUDA must not be asked to.
-    with _machine(3) as (gpus, current):
+    with _machine(3) as (gpus, cpu):
         step = _Step(gpus, {1: 0.020})
-        result, clock = _time_it(time_on_devices, gpus, current, step, [CPU, _cuda(1)], "[cpu, cuda:1]")
+        result, clock = _time_it(time_on_devices, gpus, cpu, step, [CPU, _cuda(1)], "[cpu, cuda:1]")
         expect(result >= 0.9 * step.one_call, _too_short(clock, _cuda(1), result))
     # 5. A machine without a GPU, and CPU work only: no CUDA call at all.
     with _machine(0) as (gpus, _):
