@@ -16,8 +16,8 @@ from torch import nn
 from utils.checkpoint import CheckpointError, atomic_write, load_checkpoint, load_weights, save_checkpoint
 
 
-def small_net(n_out: int = 2) -> nn.Sequential:
-    torch.manual_seed(0)
+def small_net(n_out: int = 2, seed: int = 0) -> nn.Sequential:
+    torch.manual_seed(seed)
     return nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, n_out))
 
 
@@ -64,6 +64,15 @@ def test_map_location_reaches_torch_load(tmp_path):
     assert seen == ["cpu"] and torch.equal(back["w"], torch.arange(6.0).reshape(2, 3))
     meta = load_checkpoint(tmp_path / "w.pt", map_location="meta")
     assert meta["w"].is_meta and meta["w"].shape == (2, 3)
+
+
+@pytest.mark.parametrize("bad", [5, 1.5, [("cpu", "cpu")]])
+def test_map_location_type_is_checked(tmp_path, bad):
+    save_checkpoint(small_net().state_dict(), tmp_path / "w.pt")
+    with pytest.raises(TypeError, match="map_location"):
+        load_checkpoint(tmp_path / "w.pt", map_location=bad)
+    with pytest.raises(TypeError, match="map_location"):
+        load_weights(small_net(), tmp_path / "w.pt", map_location=bad)
 
 
 # --- a crash in the middle of a save ----------------------------------------------------------------
@@ -228,19 +237,22 @@ def test_wrong_keys_are_named_and_nothing_is_copied(tmp_path):
     class Renamed(nn.Module):
         def __init__(self):
             super().__init__()
-            self.body = nn.Linear(3, 4)
+            self.add_module("0", nn.Linear(3, 4))  # matches the checkpoint's first layer
             self.head = nn.Linear(4, 2)
 
-    save_checkpoint(small_net().state_dict(), tmp_path / "w.pt")
+    src = small_net()
+    save_checkpoint(src.state_dict(), tmp_path / "w.pt")
+    torch.manual_seed(1)
     model = Renamed()
     before = {k: v.clone() for k, v in model.state_dict().items()}
+    assert not torch.equal(before["0.weight"], src[0].weight), "a copy must be visible"
     with pytest.raises(CheckpointError) as info:
         load_weights(model, tmp_path / "w.pt")
     message = str(info.value)
-    assert "missing from the checkpoint: 'body.weight', 'body.bias', 'head.weight', 'head.bias'" in message
-    assert "not in the model: '0.weight', '0.bias', '2.weight', '2.bias'" in message
+    assert "missing from the checkpoint: 'head.weight', 'head.bias'" in message
+    assert "not in the model: '2.weight', '2.bias'" in message
     assert "strict=False" in message and "Renamed" in message
-    assert all(torch.equal(model.state_dict()[k], v) for k, v in before.items())
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in before.items()), "nothing is copied"
 
 
 def test_partial_load_with_strict_false(tmp_path):
@@ -258,9 +270,11 @@ def test_partial_load_with_strict_false(tmp_path):
 
 
 def test_shape_mismatch_fails_even_with_strict_false(tmp_path):
-    save_checkpoint(small_net(n_out=2).state_dict(), tmp_path / "w.pt")
-    other = small_net(n_out=5)
+    src = small_net(n_out=2)
+    save_checkpoint(src.state_dict(), tmp_path / "w.pt")
+    other = small_net(n_out=5, seed=1)
     before = other[0].weight.clone()
+    assert not torch.equal(before, src[0].weight), "a copy of the matching layer must be visible"
     with pytest.raises(CheckpointError, match=r"2\.weight: checkpoint \(2, 4\), model \(5, 4\)"):
         load_weights(other, tmp_path / "w.pt", strict=False)
     assert torch.equal(other[0].weight, before), "nothing is copied when a load fails"
@@ -274,6 +288,24 @@ def test_data_parallel_prefix_is_stripped(tmp_path):
     assert torch.equal(plain[2].weight, src[2].weight)
     with pytest.raises(CheckpointError, match="not in the model: 'module.0.weight'"):
         load_weights(plain, tmp_path / "dp.pt", strip_prefix=None)
+
+
+def test_prefix_is_kept_when_the_model_has_it_too(tmp_path):
+    """A wrapped model's own keys start with "module." (DataParallel, an EMA wrapper): nothing to strip."""
+    src = small_net()
+    save_checkpoint(nn.DataParallel(copy.deepcopy(src)).state_dict(), tmp_path / "dp.pt")
+    wrapped = nn.DataParallel(small_net(seed=1))
+    result = load_weights(wrapped, tmp_path / "dp.pt")
+    assert result.missing_keys == [] and result.unexpected_keys == []
+    assert torch.equal(wrapped.module[2].weight, src[2].weight)
+
+
+def test_lazy_module_is_filled(tmp_path):
+    src = nn.Linear(3, 2)
+    save_checkpoint(src.state_dict(), tmp_path / "w.pt")
+    lazy = nn.LazyLinear(2)
+    load_weights(lazy, tmp_path / "w.pt")
+    assert torch.equal(lazy.weight, src.weight) and torch.equal(lazy.bias, src.bias)
 
 
 def test_atomic_write_keeps_the_old_file_when_the_writer_fails(tmp_path):
@@ -353,8 +385,11 @@ def test_a_save_in_progress_elsewhere_keeps_its_temporary(tmp_path):
         in_progress.write_bytes(b"being written")
         lookalike = tmp_path / ".ckpt.pt.backup.tmp"  # not a name this module writes
         lookalike.write_bytes(b"someone else's")
+        impossible = tmp_path / ".ckpt.pt.99999999999-0123abcd.tmp"  # no process has this id: not ours
+        impossible.write_bytes(b"someone else's")
         save_checkpoint({"epoch": 3}, target)
-        assert in_progress.exists() and lookalike.exists()
+        assert in_progress.exists() and lookalike.exists() and impossible.exists()
+        assert load_checkpoint(target) == {"epoch": 3}
     finally:
         alive.kill()
         alive.wait(timeout=30)

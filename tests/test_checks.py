@@ -53,6 +53,15 @@ def test_failure_names_exercise_and_hint():
         check_positive(lambda x: -x)
 
 
+def test_a_failed_expect_inside_learner_code_keeps_its_hint():
+    @exercise("Ex · inside")
+    def check_inside(fn):
+        with learner_code("calling your function with 2", "it must take one number and return one"):
+            expect(fn(2) > 0, "return a positive number")
+
+    assert outcome(check_inside, lambda x: -x) == ("failed", "Ex · inside: not yet. return a positive number")
+
+
 def test_errors_in_an_answer_become_hints_that_quote_them():
     verdict, hint = outcome(check_positive, lambda x: 1 / 0)
     assert verdict == "failed"

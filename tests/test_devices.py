@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -86,9 +88,34 @@ def test_requires(capsys):
             utils.requires("cuda", -2)
 
 
-def test_contract_table_in_docstring_matches_names():
-    for name in ("num_gpus", "try_gpu", "try_all_gpus"):
-        assert name in devices.__doc__
+def contract_table() -> list[list[str]]:
+    """The rows of the table in ``utils.devices``'s docstring, one cell per column, without the header."""
+    lines = devices.__doc__.splitlines()
+    rules = [i for i, line in enumerate(lines) if line.startswith("=")]
+    assert len(rules) == 3, "a simple reST table: a rule, the header, a rule, the rows, a rule"
+    starts = [m.start() for m in re.finditer(r"=+", lines[rules[0]])]
+    ends = [*starts[1:], None]
+    return [[line[a:b].strip() for a, b in zip(starts, ends, strict=True)] for line in lines[rules[1] + 1 : rules[2]]]
+
+
+def shown(value: object) -> str:
+    """A result as the table writes it: ``cpu``, ``[cuda:0]``, ``[cuda:0, ..., cuda:3]``."""
+    if isinstance(value, list):
+        names = [str(v) for v in value]
+        return "[" + ", ".join(names if len(names) <= 2 else [names[0], "...", names[-1]]) + "]"
+    return str(value)
+
+
+def test_contract_table_in_docstring_is_what_the_functions_return():
+    rows = contract_table()
+    assert [row[0] for row in rows] == ["``num_gpus()``", "``try_gpu()``", "``try_gpu(3)``", "``try_all_gpus()``"]
+    for column, count in enumerate((0, 1, 4), start=1):
+        with fake_gpus(count):
+            for row in rows:
+                call = row[0].strip("`")
+                assert row[column] == f"``{shown(eval(call, vars(utils)))}``", (call, count)
+    with fake_gpus(4):
+        assert len(utils.try_all_gpus()) == 4  # what "..." stands for
 
 
 @pytest.mark.parametrize("version, ok", [("2.13.0+cpu", True), ("2.11.0+cu130", True), ("3.0.0", True),
@@ -107,12 +134,33 @@ def test_check_torch_version_arguments():
         utils.check_torch_version(2.13)
     with pytest.raises(ValueError, match="version"):
         utils.check_torch_version("latest")
+    for bad in ("2.11", (2,), (2, 11, 0), (2, True), (2, -1), [2, 11]):
+        with pytest.raises(TypeError, match="minimum"):
+            utils.check_torch_version("2.13.0", minimum=bad)
+    assert utils.check_torch_version("2.13.0", minimum=(2, 13)) is True
 
 
 # --- the shared fake --------------------------------------------------------------------------------
 
+#: Everything ``fake_gpus`` patches (those on ``torch._C`` may not exist outside the block).
+PATCHED = [
+    (torch.accelerator, ("is_available", "current_accelerator", "device_count", "synchronize")),
+    (torch.cuda, ("is_available", "device_count", "synchronize", "_exchange_device", "_maybe_exchange_device",
+                  "set_device", "current_device")),
+    (torch._C, ("_accelerator_exchangeDevice", "_accelerator_maybeExchangeDevice", "_accelerator_setDeviceIndex",
+                "_accelerator_getDeviceIndex")),
+]
+ABSENT = object()
+
+
+def originals() -> dict[str, object]:
+    return {f"{owner.__name__}.{name}": getattr(owner, name, ABSENT) for owner, names in PATCHED for name in names}
+
+
 def test_fake_gpus_run_launched_work_later_on_a_virtual_clock():
+    before = originals()
     with fake_gpus(2) as gpus:
+        assert all(originals()[name] is not before[name] for name in before), "every one is patched"
         gpus.launch(0, 0.002)
         gpus.launch(1, 0.030)
         gpus.host(0.001)
@@ -126,8 +174,8 @@ def test_fake_gpus_run_launched_work_later_on_a_virtual_clock():
         assert gpus.synced[-1] == torch.device("cuda", 0)
         with pytest.raises(RuntimeError, match="invalid device ordinal 2"):
             torch.cuda.synchronize(2)
-    assert not torch.cuda.is_available() or torch.cuda.device_count() >= 0  # patches are gone
-    assert torch.accelerator.device_count() == (torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    after = originals()
+    assert all(after[name] is before[name] for name in before), "the patches are gone"
 
 
 def test_fake_gpus_have_a_current_device_that_a_bare_synchronize_waits_for():

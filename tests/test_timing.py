@@ -38,6 +38,15 @@ CPU = torch.device("cpu")
 CUDA0, CUDA1 = torch.device("cuda", 0), torch.device("cuda", 1)
 
 
+@pytest.fixture
+def two_threads():
+    """Two intra-op threads for the test: conftest sets one, and a check for 1 must be able to fail."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
 # --- synchronisation ------------------------------------------------------------------------------
 
 def test_synchronize_waits_for_every_device_and_skips_the_cpu():
@@ -187,13 +196,12 @@ def test_compare_interleaves_and_warms_each_candidate():
     assert result["a"].times == pytest.approx((0.002,) * 3) and result["b"].times == pytest.approx((0.005,) * 3)
 
 
-def test_num_threads_is_applied_and_restored():
-    before = torch.get_num_threads()
+def test_num_threads_is_applied_and_restored(two_threads):
     seen: list[int] = []
     measure(lambda: seen.append(torch.get_num_threads()), devices="cpu", warmup=1, repeats=2, number=1,
             num_threads=1)
     assert set(seen) == {1}
-    assert torch.get_num_threads() == before
+    assert torch.get_num_threads() == 2
 
 
 # --- agreement with torch.utils.benchmark ---------------------------------------------------------
@@ -233,7 +241,7 @@ def test_autorange_method_is_blocked_autorange_with_our_clock():
     assert t.number >= 1 and t.times == pytest.approx((0.001,) * len(t.times))
 
 
-def test_benchmark_timer_uses_a_clock_that_synchronises_every_device():
+def test_benchmark_timer_uses_a_clock_that_synchronises_every_device(two_threads):
     with fake_gpus(2) as gpus:
         def step():
             gpus.launch(0, 0.002)
@@ -242,7 +250,7 @@ def test_benchmark_timer_uses_a_clock_that_synchronises_every_device():
         bench = timing.benchmark_timer(step, devices=["cuda:0", "cuda:1"], timer=gpus.clock)
         assert bench.timeit(number=3).mean == pytest.approx(0.030)
         assert {CUDA0, CUDA1} <= set(gpus.synced)
-        assert bench._task_spec.num_threads == torch.get_num_threads()
+        assert bench._task_spec.num_threads == 2  # the current setting, not the library's default of 1
 
 
 # --- CUDA events (simulated) ----------------------------------------------------------------------
@@ -284,6 +292,8 @@ def test_events_need_exactly_one_cuda_device():
         measure(lambda: None, devices=["cuda:0", "cuda:1"], method="events")
     with pytest.raises(ValueError, match="devices"):
         measure(lambda: None, devices="cpu", method="events")
+    with fake_gpus(0), pytest.raises(ValueError, match="devices: cannot synchronise cuda:0: this machine has no"):
+        measure(lambda: None, devices="cuda:0", method="events")
 
 
 # --- the result -----------------------------------------------------------------------------------
@@ -307,7 +317,10 @@ def test_single_measurement_has_zero_spread():
 
 @pytest.mark.parametrize(
     ("seconds", "text"),
-    [(2.5, "2.5 s"), (0.00123, "1.23 ms"), (4.56e-5, "45.6 µs"), (7e-9, "7 ns"), (0.0, "0 ns")],
+    [(2.5, "2.5 s"), (0.00123, "1.23 ms"), (4.56e-5, "45.6 µs"), (7e-9, "7 ns"), (0.0, "0 ns"),
+     # at a unit's edge the rounded value picks the unit; 1000 s and more are whole seconds
+     (9.9996e-7, "1 µs"), (0.0009996, "1 ms"), (0.0009994, "999 µs"), (0.9996, "1 s"), (999.4, "999 s"),
+     (999.6, "1000 s"), (1234.4, "1234 s")],
 )
 def test_format_seconds(seconds, text):
     assert format_seconds(seconds) == text
@@ -322,6 +335,10 @@ def test_format_seconds(seconds, text):
         ({"number": 0}, ValueError, "number"),
         ({"warmup": 1.5}, TypeError, "warmup"),
         ({"method": "stopwatch"}, ValueError, "method"),
+        ({"devices": "cpu"}, TypeError, "devices"),
+        ({"devices": None}, TypeError, "devices"),
+        ({"devices": ()}, TypeError, "devices"),
+        ({"label": None}, TypeError, "label"),
     ],
 )
 def test_timing_rejects_bad_fields(kwargs, error, name):
@@ -332,15 +349,14 @@ def test_timing_rejects_bad_fields(kwargs, error, name):
 
 # --- CPU workers as stand-in devices --------------------------------------------------------------
 
-def test_workers_start_warmed_up_threads_with_one_intra_op_thread_each():
-    before = torch.get_num_threads()
+def test_workers_start_warmed_up_threads_with_one_intra_op_thread_each(two_threads):
     with mock.patch.object(timing, "_start_worker", wraps=timing._start_worker) as initializer:
         with CPUWorkers(2) as pool:
             assert initializer.call_count == 2  # one per thread, before any run
             assert len(set(pool.native_ids)) == 2 and threading.get_native_id() not in pool.native_ids
             seen = pool.run([torch.get_num_threads, torch.get_num_threads, threading.get_native_id])
     assert seen[:2] == [1, 1] and seen[2] == pool.native_ids[0]
-    assert torch.get_num_threads() == before
+    assert torch.get_num_threads() == 2
 
 
 def test_task_i_goes_to_worker_i_mod_workers_in_order():
@@ -404,22 +420,30 @@ def test_workers_compute_the_same_matmul():
 
 
 def test_a_failing_task_raises_after_every_worker_is_done_and_the_pool_survives():
-    other_finished = threading.Event()
+    failed, release, other_finished = threading.Event(), threading.Event(), threading.Event()
 
     def boom():
+        failed.set()
         raise RuntimeError("task failed")
 
     def slow_but_fine():
+        assert failed.wait(timeout=30)  # still running when the other task fails ...
+        release.wait(timeout=0.2)       # ... and for a while after: set only once the error has arrived
         other_finished.set()
         return 1
 
-    with pytest.raises(RuntimeError, match="task failed"):
-        run_on_cpu_workers([boom, slow_but_fine], workers=2)
-    assert other_finished.is_set()
-    with CPUWorkers(2) as pool:
+    with CPUWorkers(2) as pool:  # (leaving the block would wait for the workers anyway)
+        try:
+            with pytest.raises(RuntimeError, match="task failed"):
+                pool.run([boom, slow_but_fine])
+            assert other_finished.is_set(), "the error reached the caller while a worker was still running"
+        finally:
+            release.set()
         with pytest.raises(RuntimeError, match="task failed"):
             pool.run([lambda: 1, boom])
         assert pool.run([lambda: 1, lambda: 2]) == [1, 2]
+    with pytest.raises(RuntimeError, match="task failed"):
+        run_on_cpu_workers([boom, lambda: 1], workers=2)
 
 
 def test_closed_workers_refuse_work_and_stop_their_threads():
@@ -492,6 +516,8 @@ def test_core_wait_reads_the_scheduler_where_it_can():
         assert core_wait([me]) is None
     with pytest.raises(TypeError, match="native_ids"):
         core_wait(["me"])
+    with pytest.raises(TypeError, match="native_ids"):
+        core_wait(me)
 
 
 # --- speed claims on a busy machine ---------------------------------------------------------------

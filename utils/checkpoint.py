@@ -83,6 +83,8 @@ def _process_is_gone(pid: int) -> bool:
         return True
     except OSError:  # it exists but belongs to someone else
         return False
+    except OverflowError:  # no process can have this id, so no save of ours wrote the file: keep it
+        return False
     return False
 
 
@@ -170,6 +172,14 @@ def save_checkpoint(obj: object, path: str | os.PathLike[str]) -> Path:
     return atomic_write(path, lambda file: torch.save(obj, file))
 
 
+def _check_map_location(value: object) -> None:
+    if not (value is None or isinstance(value, str | torch.device | Mapping) or callable(value)):
+        raise TypeError(
+            "map_location must be None, a str, a torch.device, a mapping or a callable, "
+            f"got {type(value).__name__} {value!r}"
+        )
+
+
 def load_checkpoint(path: str | os.PathLike[str], *, map_location: MapLocation = None, verify: bool = True) -> Any:
     """Load a checkpoint written by ``torch.save`` (or :func:`save_checkpoint`) with ``weights_only=True``.
 
@@ -186,7 +196,8 @@ def load_checkpoint(path: str | os.PathLike[str], *, map_location: MapLocation =
     ``torch.serialization.safe_globals`` around the call.
 
     Raises:
-        TypeError: ``path`` is not a ``str`` or ``os.PathLike``, or ``verify`` is not a bool.
+        TypeError: ``path`` is not a ``str`` or ``os.PathLike``, ``verify`` is not a bool, or
+            ``map_location`` is none of the kinds ``torch.load`` accepts.
         ValueError: ``path`` is empty.
         FileNotFoundError: there is no file at ``path``.
         CheckpointError: the file is empty, truncated, not a checkpoint, or corrupt; the message
@@ -194,6 +205,7 @@ def load_checkpoint(path: str | os.PathLike[str], *, map_location: MapLocation =
     """
     source = check_path(path, "path")
     check_bool(verify, "verify")
+    _check_map_location(map_location)
     if not source.is_file():
         raise FileNotFoundError(f"no checkpoint at {source}")
     if source.stat().st_size == 0:
@@ -279,8 +291,10 @@ def load_weights(
             is the state dict itself.
         strict: with ``True`` every key must match; with ``False`` matching keys are loaded and the
             others returned.
-        strip_prefix: removed from the keys when *every* key starts with it (``"module."`` is what
-            ``nn.DataParallel`` and ``DistributedDataParallel`` add); ``None`` to keep keys as saved.
+        strip_prefix: removed from the keys when *every* key starts with it and the module's own keys
+            do not (``"module."`` is what ``nn.DataParallel`` and ``DistributedDataParallel`` add, so
+            such a checkpoint loads into the plain model and into a wrapped one); ``None`` to keep
+            keys as saved.
         map_location: passed to ``torch.load``; the default loads onto the CPU (``load_state_dict``
             then copies into the module's own device and dtype).
 
@@ -311,15 +325,20 @@ def load_weights(
         hint = " (a full checkpoint? pass key=..., e.g. key='model')" if isinstance(loaded, Mapping) else ""
         raise CheckpointError(f"{source} does not hold a state dict of tensors{hint}")
     state = dict(loaded)
-    if strip_prefix is not None and state and all(k.startswith(strip_prefix) for k in state):
+    expected = module.state_dict()
+    if (
+        strip_prefix is not None
+        and state
+        and all(k.startswith(strip_prefix) for k in state)
+        and not all(k.startswith(strip_prefix) for k in expected)
+    ):
         state = {k[len(strip_prefix) :]: v for k, v in state.items()}
 
-    expected = module.state_dict()
     name = type(module).__name__
-    resized = [
+    resized = [  # a lazy module's parameters have no shape yet: load_state_dict gives them one
         f"{k}: checkpoint {tuple(v.shape)}, model {tuple(expected[k].shape)}"
         for k, v in state.items()
-        if k in expected and v.shape != expected[k].shape
+        if k in expected and not nn.parameter.is_lazy(expected[k]) and v.shape != expected[k].shape
     ]
     if resized:
         raise CheckpointError(

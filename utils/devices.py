@@ -21,7 +21,7 @@ Nothing here initialises CUDA: counting devices goes through ``torch.accelerator
 which reads the driver without creating a context.
 
 Used by every chapter's setup cell (``try_gpu``, ``check_torch_version``), by the GPU-only cells of
-chapters 05, 06, 08 and 09 (``requires``) and by chapters 06, 08 and 09 (``try_all_gpus``).
+chapters 05, 06, 07, 08 and 09 (``requires``) and by chapters 00, 06 and 08 (``try_all_gpus``).
 """
 
 from __future__ import annotations
@@ -117,8 +117,17 @@ def check_torch_version(version: str | None = None, minimum: tuple[int, int] = M
     """True if ``version`` (default: the running torch) is ``minimum`` or newer; else say so plainly.
 
     Every chapter's setup cell calls it, so a learner on an older image (Colab, a GPU container) reads
-    why a cell may fail or print other values, instead of guessing.
+    why a cell may fail or print other values, instead of guessing. ``minimum`` is ``(MAJOR, MINOR)``.
     """
+    if not (
+        isinstance(minimum, tuple)
+        and len(minimum) == 2
+        and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in minimum)
+    ):
+        raise TypeError(
+            f"minimum must be a tuple (MAJOR, MINOR) of non-negative ints such as (2, 11), "
+            f"got {type(minimum).__name__} {minimum!r}"
+        )
     version = torch.__version__ if version is None else version
     if not isinstance(version, str):
         raise TypeError(f"version must be a str such as '2.13.0', got {type(version).__name__}")

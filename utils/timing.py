@@ -200,14 +200,16 @@ def _intra_op_threads(num_threads: int | None) -> Iterator[None]:
 # --- the result -----------------------------------------------------------------------------------
 
 def format_seconds(seconds: float) -> str:
-    """``0.00123`` → ``'1.23 ms'``: three significant digits in s, ms, µs or ns."""
+    """``0.00123`` → ``'1.23 ms'``: three significant digits in s, ms, µs or ns; whole seconds from 1000 s."""
     seconds = check_number(seconds, "seconds")
     if not math.isfinite(seconds):
         raise ValueError(f"seconds must be finite, got {seconds}")
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if seconds >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds / 1e-9:.3g} ns"
+    rounded = float(f"{seconds:.3g}")  # the unit is chosen after rounding: 999.6 µs is '1 ms', not '1e+03 µs'
+    for unit, scale in (("ns", 1e-9), ("µs", 1e-6), ("ms", 1e-3), ("s", 1.0)):
+        text = f"{rounded / scale:.3g}"
+        if float(text) < 1000:
+            return f"{text} {unit}"
+    return f"{seconds:.0f} s"
 
 
 @dataclass(frozen=True)
@@ -234,8 +236,14 @@ class Timing:
             raise ValueError("times must hold finite, non-negative floats")
         check_int(self.number, "number", 1)
         check_int(self.warmup, "warmup", 0)
+        if not isinstance(self.devices, tuple) or not self.devices or not all(
+            isinstance(d, str) and d for d in self.devices
+        ):
+            raise TypeError(f"devices must be a non-empty tuple of device names such as ('cuda:0',), "
+                            f"got {self.devices!r}")
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        check_str(self.label, "label", empty=True)
 
     @property
     def median(self) -> float:
@@ -365,6 +373,7 @@ def benchmark_timer(
 def _measure_events(fn: Callable[[], object], device: torch.device, warmup: int, repeats: int,
                     number: int | None, timer: Clock) -> tuple[list[float], int]:
     """GPU-side seconds per call between two CUDA events on ``device``'s current stream."""
+    synchronize(device)  # a device this machine lacks: a ValueError naming it, before torch.cuda is asked
     stream = torch.cuda.current_stream(device)
     for _ in range(warmup):
         fn()
@@ -460,6 +469,8 @@ def core_wait(native_ids: Iterable[int]) -> float | None:
     answer is ``None`` (unknown). A thread blocked on a lock (Python's GIL, a queue) is not waiting
     for a core and adds nothing. Compare two readings to see what a run suffered.
     """
+    if isinstance(native_ids, str | bytes) or not isinstance(native_ids, Iterable):
+        raise TypeError(f"native_ids must be an iterable of thread ids, got {type(native_ids).__name__}")
     ids = list(native_ids)
     for tid in ids:
         check_int(tid, "native_ids", 1)
