@@ -112,6 +112,36 @@ def test_gpu_build_but_driver_too_old():
     assert "Warnings from torch\n- CUDA initialization: The NVIDIA driver is too old" in report
 
 
+def test_the_driver_tool_matches_the_build():
+    """A ROCm machine is told about rocm-smi, a CUDA machine about nvidia-smi; the warnings sit above the advice."""
+    rocm = replace(ONE_GPU, torch="2.13.0+rocm6.4", build="ROCm", cuda=None, hip="6.4", cudnn=None,
+                   accelerators=(), nvidia_evidence=(), amd_evidence=("/dev/kfd exists",), warnings=("w",))
+    for facts in (rocm, replace(rocm, cuda_visible_devices="3")):
+        tip = advice(facts)[0]
+        assert "rocm-smi" in tip and "nvidia" not in tip
+    cuda = replace(ONE_GPU, accelerators=(), warnings=("w",))
+    assert "`nvidia-smi` shows" in advice(cuda)[0]
+    assert "`nvidia-smi -L` lists" in advice(replace(cuda, cuda_visible_devices="3"))[0]
+    report = render(cuda)
+    assert "listed above" in advice(cuda)[0] and report.index("Warnings from torch") < report.index("Advice")
+    assert "warnings" not in advice(replace(cuda, warnings=()))[0]  # none to point to
+
+
+def test_advice_is_never_empty():
+    xpu = Facts(python="3.11.9", platform="Linux x86_64", torch="2.13.0+xpu", build="XPU")
+    assert "Intel GPUs (XPU) but sees none" in advice(xpu)[0]
+    assert advice(replace(xpu, accelerators=(Accelerator("xpu", 0, "Intel Arc"),)))[0].startswith("Ready")
+    odd = replace(LAPTOP, mps_built=True)  # an MPS build off macOS: no case matches, the fallback speaks
+    assert advice(odd) == ["Nothing to fix found: `try_gpu()` returns cpu."]
+    for build in doctor.BUILDS:
+        for accelerators in ((), (H100,), (Accelerator("xpu", 0, "x"),), (Accelerator("mtia", 0, "x"),)):
+            for cvd in (None, "", "0"):
+                for mps_built in (False, True):
+                    facts = replace(LAPTOP, build=build, accelerators=accelerators, cuda_visible_devices=cvd,
+                                    mps_built=mps_built)
+                    assert advice(facts), facts
+
+
 def test_gpu_build_on_a_machine_without_gpu():
     tips = advice(replace(ONE_GPU, accelerators=(), nvidia_evidence=()))
     assert len(tips) == 1 and "no GPU driver was found" in tips[0] and "whl/cpu" in tips[0]
@@ -288,11 +318,17 @@ def test_a_failing_probe_is_reported_not_raised():
     assert "probing the accelerators failed: RuntimeError: driver exploded" in facts.warnings
 
 
-def test_gather_runs_no_program():
-    """It only looks for nvidia-smi on the PATH (fast on every machine); it never starts it."""
-    with mock.patch.object(subprocess, "Popen", side_effect=AssertionError("gather started a program")):
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_gather_runs_no_program(gpus):
+    """It only looks for nvidia-smi on the PATH (fast on every machine); it never starts it.
+
+    The spies record calls rather than raise: ``gather`` turns a failing probe into a warning.
+    """
+    with fake_gpus(gpus), mock.patch.object(subprocess, "Popen") as popen, \
+            mock.patch.object(subprocess, "run") as run, mock.patch.object(os, "system") as system:
         facts = gather(which=lambda name: f"/usr/bin/{name}")
-    assert facts.nvidia_evidence[0] == "nvidia-smi found"
+    assert not popen.called and not run.called and not system.called
+    assert facts.nvidia_evidence[0] == "nvidia-smi found" and len(facts.gpus) == gpus
 
 
 def test_command_runs_and_exits_0_without_nvidia_smi():

@@ -257,6 +257,45 @@ def test_random_index_is_valid_and_seeded():
         random_index((3, 4), 0, (5, 5), torch.Generator())
 
 
+@pytest.mark.parametrize(
+    ("shape", "generator", "error", "name"),
+    [
+        ((3,), torch.Generator(), ValueError, "shape must be 2 sizes"),  # the data is 2-D
+        ((3, -1), torch.Generator(), ValueError, "shape must be 2 sizes"),
+        ("ab", torch.Generator(), TypeError, "shape must be a sequence of ints"),
+        (torch.Size([3]), torch.Generator(), ValueError, "shape must be 2 sizes"),
+        ((3, True), torch.Generator(), TypeError, "shape must be a sequence of ints"),
+        ((3, 4), 5, TypeError, "generator must be a CPU torch.Generator"),
+        ((3, 4), None, TypeError, "generator must be a CPU torch.Generator"),
+    ],
+)
+def test_random_index_names_a_bad_argument(shape, generator, error, name):
+    with pytest.raises(error, match=name):
+        random_index((3, 4), 1, shape, generator)
+
+
+def test_explore_checks_torch_against_the_map(monkeypatch):
+    """The documented RuntimeError: a map that disagrees with PyTorch is a bug, and explore says so."""
+    import utils.index_explorer as module
+
+    real = module._pairs
+    monkeypatch.setattr(module, "_pairs", lambda index, dim, op: [(dst, src) for src, dst in real(index, dim, op)])
+    for op in ("gather", "scatter"):
+        with pytest.raises(RuntimeError, match=f"torch.{op} disagrees with index_mapping"):
+            explore((3, 4), torch.tensor([[2, 0, 1, 3]]), 1, op)
+
+
+def test_everything_runs_on_the_cpu_whatever_the_default_device():
+    index = torch.tensor([[2, 0, 1, 3]])
+    expected = explore((3, 4), index, 1, "scatter")
+    with torch.device("meta"):
+        view = explore((3, 4), index, 1, "scatter")
+        parsed = parse_index("2 0 1 3", 2)
+        drawn = random_index((3, 4), 1, (2, 4), torch.Generator().manual_seed(0))
+    assert torch.equal(view.output, expected.output) and view.pairs == expected.pairs
+    assert {t.device.type for t in (view.index, view.source, view.output, parsed, drawn)} == {"cpu"}
+
+
 # --- the widget, driven without a frontend -----------------------------------------------------------------
 
 
@@ -356,6 +395,10 @@ def test_explorer_refuses_bad_arguments():
         build_explorer((2, 2), op="scatter_add")
     with pytest.raises(TypeError, match="seed"):
         build_explorer((2, 2), seed="0")
+    for seed in (-1, 2**64):  # what manual_seed refuses (or would wrap) is refused by name
+        with pytest.raises(ValueError, match="seed"):
+            build_explorer((2, 2), seed=seed)
+    assert build_explorer((2, 2), seed=2**64 - 1).view is not None
 
 
 

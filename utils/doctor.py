@@ -275,6 +275,7 @@ def advice(facts: Facts) -> list[str]:
     cvd = f.cuda_visible_devices
     cuda_gpus = [a for a in f.accelerators if a.kind == "cuda"]
     gpu_build = f.build in ("CUDA", "ROCm")
+    smi = "nvidia-smi -L" if f.build == "CUDA" else "rocm-smi"  # lists the GPUs (ROCm's are cuda:N too)
 
     # 1. Devices hidden on purpose (or by accident).
     if cvd is not None and cvd.strip() == "":
@@ -286,7 +287,7 @@ def advice(facts: Facts) -> list[str]:
     elif cvd is not None and gpu_build and not cuda_gpus:
         tips.append(
             f"CUDA_VISIBLE_DEVICES is set to {cvd!r} and no GPU is visible: it must list indices or UUIDs "
-            "of GPUs this machine has (`nvidia-smi -L` lists them), e.g. `0` or `0,1`."
+            f"of GPUs this machine has (`{smi}` lists them), e.g. `0` or `0,1`."
         )
     elif cvd is not None and cuda_gpus:
         tips.append(
@@ -314,12 +315,14 @@ def advice(facts: Facts) -> list[str]:
     if gpu_build and not cuda_gpus and cvd is None:
         toolkit = f"CUDA {f.cuda}" if f.build == "CUDA" else f"ROCm {f.hip}"
         evidence = f.nvidia_evidence if f.build == "CUDA" else f.amd_evidence
+        shows = ("`nvidia-smi` shows the newest CUDA version the driver supports" if f.build == "CUDA"
+                 else "`rocm-smi --showdriverversion` shows the driver's version")
         if evidence:
             tips.append(
                 f"This torch is built for {toolkit} and a GPU driver is present ({' / '.join(evidence)}), "
                 "yet torch sees no GPU. The usual cause is a driver older than that toolkit needs "
-                "(`nvidia-smi` shows the newest CUDA version the driver supports): update the driver, or "
-                "install a torch built for an older toolkit. Read the warnings below too."
+                f"({shows}): update the driver, or install a torch built for an older "
+                "toolkit." + (" The warnings from torch, listed above, may say more." if f.warnings else "")
             )
         else:
             tips.append(
@@ -327,6 +330,13 @@ def advice(facts: Facts) -> list[str]:
                 "that is harmless (everything runs on the CPU); the CPU-only build is a much smaller "
                 f"download: `pip install torch=={_release(f.torch)} --index-url {_WHEELS}cpu`."
             )
+
+    if f.build == "XPU" and not any(a.kind == "xpu" for a in f.accelerators):
+        tips.append(
+            "This torch is built for Intel GPUs (XPU) but sees none: is Intel's GPU driver installed? On a "
+            "machine without an Intel GPU everything runs on the CPU, and the CPU-only build is a smaller "
+            f"download: `pip install torch=={_release(f.torch)} --index-url {_WHEELS}cpu`."
+        )
 
     # 4. GPUs that work.
     if cuda_gpus:
@@ -359,6 +369,8 @@ def advice(facts: Facts) -> list[str]:
             "No GPU found: every chapter runs on the CPU, and cells that need a GPU print 'Skipped'. "
             "For a free GPU, open a chapter in Colab (Runtime > Change runtime type)."
         )
+    if not tips:  # a combination none of the cases above covers
+        tips.append(f"Nothing to fix found: `try_gpu()` returns {f.device}.")
     return tips
 
 

@@ -202,7 +202,8 @@ class IndexMap:
 
 
 def explore(input_shape: Sequence[int], index: torch.Tensor, dim: int, op: str) -> IndexMap:
-    """Run ``op`` for real (on the CPU) and return it with its element map, checked element by element.
+    """Run ``op`` for real (on the CPU, whatever the default device) and return it with its element map,
+    checked element by element.
 
     Raises RuntimeError if PyTorch and :func:`index_mapping` ever disagree (a bug, not a user error).
     With repeated indices a scatter keeps *one* of the competing values, and this check accepts any
@@ -212,12 +213,12 @@ def explore(input_shape: Sequence[int], index: torch.Tensor, dim: int, op: str) 
     index = index.detach().to("cpu", torch.int64)
     pairs = _pairs(index, dim, op)
     if op == "gather":
-        source = torch.arange(math.prod(shape)).reshape(shape)
+        source = torch.arange(math.prod(shape), device="cpu").reshape(shape)
         output = source.gather(dim, index)
         ok = output.shape == index.shape and all(int(output[dst]) == int(source[src]) for src, dst in pairs)
     else:
-        source = torch.arange(index.numel()).reshape(index.shape)
-        output = torch.full(shape, UNWRITTEN).scatter(dim, index, source)
+        source = torch.arange(index.numel(), device="cpu").reshape(index.shape)
+        output = torch.full(shape, UNWRITTEN, device="cpu").scatter(dim, index, source)
         writers: dict[Position, set[int]] = {}
         for src, dst in pairs:
             writers.setdefault(dst, set()).add(int(source[src]))
@@ -244,10 +245,12 @@ def _cell(pos: Position) -> tuple[int, int]:
 def draw_index_map(view: IndexMap, *, arrows: bool = False) -> Figure:
     """Draw ``view`` as three grids — what is read, the index, the result — and return the Figure.
 
-    Every source element has its own colour; the index cell that moves it and the output cell it
-    lands in share that colour. Grey cells take part in nothing (gather: never read; scatter: never
-    written, value -1). A thick black frame marks an output cell that several scatter writes compete for.
-    With ``arrows=True`` an arrow joins every source cell to its destination.
+    Every source element has its own colour, up to 20 of them (matplotlib's ``tab20`` palette; beyond
+    that the colours repeat and the numbers in the cells tell elements apart); the index cell that
+    moves it and the output cell it lands in share that colour. Grey cells take part in nothing
+    (gather: never read; scatter: never written, value -1). A thick black frame marks an output cell
+    that several scatter writes compete for. With ``arrows=True`` an arrow joins every source cell to
+    its destination.
 
     Each grid cell is one ``Rectangle`` patch with one text label, so the figure holds exactly
     ``source.numel() + index.numel() + output.numel()`` of each. Only 1-D and 2-D views can be drawn.
@@ -362,19 +365,27 @@ def parse_index(text: str, ndim: int) -> torch.Tensor:
     if ndim == 1:
         if len(rows) != 1:
             raise ValueError(f"text must be a single row for a 1-D index, got {len(rows)} rows")
-        return torch.tensor(rows[0], dtype=torch.int64)
-    return torch.tensor(rows, dtype=torch.int64)
+        return torch.tensor(rows[0], dtype=torch.int64, device="cpu")
+    return torch.tensor(rows, dtype=torch.int64, device="cpu")
 
 
 def random_index(
     input_shape: Sequence[int], dim: int, shape: Sequence[int], generator: torch.Generator
 ) -> torch.Tensor:
-    """A random valid index of ``shape`` for data of ``input_shape`` along ``dim`` (drawn on the CPU)."""
+    """A random valid index of ``shape`` for data of ``input_shape`` along ``dim``, drawn on the CPU from
+    ``generator`` (a CPU ``torch.Generator``)."""
     data_shape = _check_shape(input_shape)
     dim = _check_dim(dim, len(data_shape))
-    index = torch.randint(0, data_shape[dim], tuple(shape), generator=generator)
-    _validate(data_shape, index, dim, "gather")
-    return index
+    if isinstance(shape, torch.Tensor) or not isinstance(shape, Sequence) or \
+            not all(isinstance(n, int) and not isinstance(n, bool) for n in shape):
+        raise TypeError(f"shape must be a sequence of ints, got {shape!r}")
+    if len(shape) != len(data_shape) or any(n < 0 for n in shape):
+        raise ValueError(f"shape must be {len(data_shape)} sizes >= 0 (one per data dimension), got {tuple(shape)}")
+    if any(n > m for d, (n, m) in enumerate(zip(shape, data_shape, strict=True)) if d != dim):
+        raise ValueError(f"shape {tuple(shape)} is larger than the data {data_shape} outside dimension dim={dim}")
+    if not isinstance(generator, torch.Generator) or generator.device.type != "cpu":
+        raise TypeError(f"generator must be a CPU torch.Generator, got {generator!r}")
+    return torch.randint(0, data_shape[dim], tuple(shape), generator=generator, device="cpu")
 
 
 class IndexExplorer:
@@ -512,7 +523,7 @@ def build_explorer(
     control's ``.value`` (or call ``.randomise.click()``) and the callback runs.
     """
     shape = _check_shape(input_shape)
-    check_int(seed, "seed", low=-(2**63))
+    check_int(seed, "seed", 0, 2**64 - 1)  # the non-negative seeds manual_seed accepts
     if index is not None and not isinstance(index, torch.Tensor):
         raise TypeError(f"index must be a torch.Tensor or None, got {type(index).__name__}")
     _check_dim(dim, len(shape))

@@ -148,7 +148,10 @@ def init_weight_(
 
 @dataclass(frozen=True)
 class ExplorerResult:
-    """What :func:`explore` measured. Tensors are CPU float32; ``pre_*`` have one entry per layer.
+    """What :func:`explore` measured. Tensors are on the CPU; ``pre_*`` have one entry per layer.
+
+    ``pre_stds_theory`` is float64 (it spans more than float32's range); the others have the default
+    dtype (float32).
 
     "Pre-activation" is a layer's output before its activation, ``y_l = W_l x_l`` (the biases are
     zero): the quantity the variance recursion of Xavier and Kaiming is about.
@@ -190,8 +193,8 @@ def explore(
     The input is ``batch`` rows of standard-normal noise (variance 1). The theory line follows
     ``Var(y_1) = fan_in * s_1**2`` and ``Var(y_l) = width * s_l**2 * k * Var(y_{l-1})``, with ``s_l`` the
     weight std of layer ``l`` and ``k = E[phi(y)**2] / Var(y)`` the share of the second moment the
-    activation keeps (1/2 for ReLU, 1 for linear). Everything runs on the CPU from
-    ``torch.Generator().manual_seed(seed)``, so a result is the same on every machine.
+    activation keeps (1/2 for ReLU, 1 for linear). Everything runs on the CPU (whatever the default
+    device) from ``torch.Generator().manual_seed(seed)``, so a result is the same on every machine.
     """
     _check_choice(scheme, "scheme", tuple(SCHEMES))
     _check_choice(activation, "activation", ACTIVATIONS)
@@ -199,18 +202,18 @@ def explore(
     width = check_int(width, "width", 1, 4096)
     depth = check_int(depth, "depth", 1, 100)
     batch = check_int(batch, "batch", 2, 65536)
-    seed = check_int(seed, "seed", 0)
+    seed = check_int(seed, "seed", 0, 2**64 - 1)  # what manual_seed accepts
 
     gen = torch.Generator().manual_seed(seed)
     act = {"relu": torch.relu, "tanh": torch.tanh, "linear": lambda t: t}[activation]
     means, stds, theory = [], [], []
-    first_weights = torch.empty(0)
+    first_weights = torch.empty(0, device="cpu")
     var = 1.0  # variance of the input
     with torch.no_grad():
-        x = torch.randn(batch, fan_in, generator=gen)
+        x = torch.randn(batch, fan_in, generator=gen, device="cpu")
         n_in = fan_in
         for layer in range(depth):
-            weight = init_weight_(torch.empty(width, n_in), scheme, activation, generator=gen)
+            weight = init_weight_(torch.empty(width, n_in, device="cpu"), scheme, activation, generator=gen)
             if layer == 0:
                 first_weights = weight.flatten().clone()
             y = x @ weight.T  # the pre-activation
@@ -229,9 +232,10 @@ def explore(
         depth=depth,
         weights=first_weights,
         weight_std_theory=weight_std(scheme, fan_in, width, activation),
-        pre_means=torch.tensor(means),
-        pre_stds=torch.tensor(stds),
-        pre_stds_theory=None if activation not in _SECOND_MOMENT_KEPT else torch.tensor(theory, dtype=torch.float64),
+        pre_means=torch.tensor(means, device="cpu"),
+        pre_stds=torch.tensor(stds, device="cpu"),
+        pre_stds_theory=None if activation not in _SECOND_MOMENT_KEPT
+        else torch.tensor(theory, dtype=torch.float64, device="cpu"),
     )
 
 
@@ -274,15 +278,18 @@ def draw(results: ExplorerResult | Sequence[ExplorerResult], fig: Figure | None 
     Dashed lines are the theory: the weight std on the left, the variance recursion on the right (drawn
     only where it has a closed form, so not for tanh; the title then says so). The right panel's axis
     is fixed to :data:`STD_LIMITS` whatever the data; a point beyond it sits on the edge as a triangle
-    (▼ below, ▲ above). With ``fig=None`` a new pyplot figure is created; otherwise ``fig`` is cleared
-    and reused.
+    (▼ below, ▲ above). With ``fig=None`` a new pyplot figure is created; otherwise ``fig`` (a matplotlib
+    ``Figure``) is cleared and reused.
     """
     import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     if isinstance(results, ExplorerResult):
         results = [results]
     if not isinstance(results, Sequence) or not results or not all(isinstance(r, ExplorerResult) for r in results):
         raise TypeError("results must be an ExplorerResult or a non-empty sequence of them")
+    if fig is not None and not isinstance(fig, Figure):
+        raise TypeError(f"fig must be a matplotlib Figure or None, got {type(fig).__name__}")
     if fig is None:
         fig = plt.figure(figsize=(10, 3.6))
     else:
