@@ -39,18 +39,24 @@ def right_with_measure(fn, devices, clock=time.perf_counter):
     return measure(fn, devices=devices, warmup=1, repeats=3, number=1, timer=clock).median
 
 
+def warm_then_time(fn, wait, clock):
+    """The skeleton of the answers below, which differ only in how they wait for the GPUs: a warm-up call,
+    wait, then one call timed between two waits."""
+    fn()
+    wait()
+    start = clock()
+    fn()
+    wait()
+    return clock() - start
+
+
 def right_every_visible_gpu(fn, devices, clock=time.perf_counter):
     """Synchronising every GPU the process sees is more than needed, but correct."""
     def wait_all():
         for i in range(torch.cuda.device_count()):
             torch.cuda.synchronize(i)
 
-    fn()
-    wait_all()
-    start = clock()
-    fn()
-    wait_all()
-    return clock() - start
+    return warm_then_time(fn, wait_all, clock)
 
 
 def right_accelerator_api_median(fn, devices, clock=time.perf_counter):
@@ -90,12 +96,7 @@ def right_device_context(fn, devices, clock=time.perf_counter):
                 with torch.cuda.device(d):
                     torch.cuda.synchronize()
 
-    fn()
-    wait()
-    start = clock()
-    fn()
-    wait()
-    return clock() - start
+    return warm_then_time(fn, wait, clock)
 
 
 def right_set_device(fn, devices, clock=time.perf_counter):
@@ -104,12 +105,7 @@ def right_set_device(fn, devices, clock=time.perf_counter):
             torch.cuda.set_device(d)
             torch.cuda.synchronize()
 
-    fn()
-    wait()
-    start = clock()
-    fn()
-    wait()
-    return clock() - start
+    return warm_then_time(fn, wait, clock)
 
 
 def right_accelerator_device_index(fn, devices, clock=time.perf_counter):
@@ -119,12 +115,7 @@ def right_accelerator_device_index(fn, devices, clock=time.perf_counter):
                 with torch.accelerator.device_index(d.index):
                     torch.accelerator.synchronize()
 
-    fn()
-    wait()
-    start = clock()
-    fn()
-    wait()
-    return clock() - start
+    return warm_then_time(fn, wait, clock)
 
 
 @pytest.mark.parametrize("answer", [right_cuda_loops, right_with_measure, right_every_visible_gpu,

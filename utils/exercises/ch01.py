@@ -31,6 +31,15 @@ def _same(a: object, b: torch.Tensor) -> bool:
 # ---------------------------------------------------------------- Exercise 1
 
 
+def _expect_gradients_reach(out: object, params, what: str, *, nonzero: bool, detached: str, missing: str) -> None:
+    """``out`` requires grad, and a backward from it gives every tensor in ``params`` a gradient (``nonzero``:
+    one that is not all zeros)."""
+    expect(out.requires_grad, detached)
+    with learner_code(f"backpropagating through {what}"):
+        out.sum().backward()
+    expect(all(p.grad is not None and (not nonzero or bool(p.grad.abs().sum() > 0)) for p in params), missing)
+
+
 def _parallel_shape_hint(y: torch.Tensor, x: torch.Tensor, net1: nn.Module, net2: nn.Module) -> str:
     """The most likely cause of a wrong output shape, read from the output itself."""
     got = tuple(y.shape)
@@ -113,16 +122,11 @@ def check_parallel(cls: type[nn.Module]) -> None:
         )
 
     # Gradients flow into both given nets.
-    expect(
-        y.requires_grad,
-        "the output does not require grad, so no gradient reaches the nets: do not .detach() the branch outputs "
-        "or use .data",
-    )
-    with learner_code("backpropagating through your block's output"):
-        y.sum().backward()
-    expect(
-        all(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in given),
-        "gradients must reach both nets' weights and biases: do not .detach() the branch outputs or use .data",
+    _expect_gradients_reach(
+        y, given, "your block's output", nonzero=True,
+        detached="the output does not require grad, so no gradient reaches the nets: do not .detach() the branch "
+        "outputs or use .data",
+        missing="gradients must reach both nets' weights and biases: do not .detach() the branch outputs or use .data",
     )
 
     # The output lands on the input's device (meta tensors have no values: this costs nothing).
@@ -205,16 +209,12 @@ def check_router(cls: type[nn.Module]) -> None:
     # Gradients reach the chosen head, so that training the router trains it.
     with learner_code("calling router(x, 'label')", hint_call):
         out = router(x, "label")
-    expect(
-        out.requires_grad,
-        "router(x, 'label') does not require grad, so no gradient reaches the heads and they never train: do not "
-        ".detach() the output, use .data or run forward under torch.no_grad()",
-    )
-    with learner_code("backpropagating through router(x, 'label')"):
-        out.sum().backward()
-    expect(
-        all(p.grad is not None for p in heads["label"].parameters()),
-        "gradients must reach every parameter of heads['label']: return heads[task](x) itself, not a copy of it",
+    _expect_gradients_reach(
+        out, heads["label"].parameters(), "router(x, 'label')", nonzero=False,
+        detached="router(x, 'label') does not require grad, so no gradient reaches the heads and they never train: "
+        "do not .detach() the output, use .data or run forward under torch.no_grad()",
+        missing="gradients must reach every parameter of heads['label']: return heads[task](x) itself, not a copy "
+        "of it",
     )
 
     with learner_code("calling router.to(torch.float64)"):
