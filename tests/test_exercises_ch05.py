@@ -263,6 +263,11 @@ def load_state(path, model, optimizer):
     return _restore(torch.load(path, map_location="cpu"), model, optimizer)
 
 
+def save_step_as_tensor(path, model, optimizer, step):
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": torch.tensor(step),
+                "rng": torch.get_rng_state()}, path)
+
+
 RESUME_WRONG = [
     (save_state, load_without_rng, "torch's random state is not restored"),
     (save_state, reseed_instead, "torch's random state is not restored"),
@@ -278,6 +283,7 @@ RESUME_WRONG = [
     (save_state, load_checkpoint_without_map_location, "load with map_location='cpu'"),
     (save_whole_objects, load_whole_objects, "holds a pickled object (torch.save(model)"),
     (save_nothing, load_state, "must write the file at path"),
+    (save_step_as_tensor, load_state, "the int 3, not a tensor holding it (got tensor(3))"),
 ]
 
 
@@ -317,6 +323,12 @@ def load_nested(path, model, optimizer):
     return int(checkpoint["meta"]["step"])
 
 
+def load_step_from_a_tensor(path, model, optimizer):
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    _restore(checkpoint, model, optimizer)
+    return checkpoint["step"].item()
+
+
 def load_onto_the_model_device(path, model, optimizer):
     checkpoint = torch.load(path, map_location=next(model.parameters()).device, weights_only=True)
     torch.set_rng_state(checkpoint["rng"])
@@ -327,7 +339,8 @@ def load_onto_the_model_device(path, model, optimizer):
 
 @pytest.mark.parametrize(
     "save, load",
-    [(save_as_tuple, load_as_tuple), (save_nested, load_nested), (save_state, load_onto_the_model_device)],
+    [(save_as_tuple, load_as_tuple), (save_nested, load_nested), (save_state, load_onto_the_model_device),
+     (save_step_as_tensor, load_step_from_a_tensor)],
     ids=lambda f: f.__name__,
 )
 def test_resume_accepts(save, load):

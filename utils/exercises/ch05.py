@@ -189,7 +189,13 @@ def _expect_restored(step: object, want_step: int, model: nn.Module, optimizer: 
                      saved: tuple[dict, dict, torch.Tensor]) -> None:
     weights, state, rng = saved
     expect(
-        step == want_step,
+        not isinstance(step, torch.Tensor) or step.numel() != 1 or step.item() != want_step,
+        f"load must return the step that save was given, the int {want_step}, not a tensor holding it "
+        f"(got {step!r}): store the int itself in the checkpoint (torch.load with weights_only=True reads ints), "
+        "or return .item()",
+    )
+    expect(
+        type(step) is int and step == want_step,
         f"load must return the step that save was given, stored in the checkpoint ({want_step} for this one), "
         f"not a constant or Adam's own step count; got {step!r}",
     )
