@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import functools
+import os
 import re
+import subprocess
+import sys
 
 import nbformat
 import pytest
@@ -80,12 +83,34 @@ def test_no_sys_path_patching(ch):
         assert "sys.path" not in c.source, "import utils as an installed package; never patch sys.path"
 
 
+def buried_heading(markdown: str) -> str | None:
+    """The first `##` or `###` heading after a cell's first line (up to 3 spaces before it, as Markdown
+    allows), outside code fences; None if there is none."""
+    fence = None
+    for i, line in enumerate(markdown.split("\n")):
+        opener = re.match(r" {0,3}(`{3,}|~{3,})", line)
+        if opener and (fence is None or line.strip().startswith(fence)):
+            fence = None if fence else opener.group(1)[:3]
+        elif fence is None and i and re.match(r" {0,3}#{2,3}(\s|$)", line):
+            return line
+    return None
+
+
+def test_a_buried_heading_is_found_as_markdown_renders_it():
+    assert buried_heading("# Title\n\n  ## indented, still a heading") == "  ## indented, still a heading"
+    assert buried_heading("Text\n### Sub") == "### Sub"
+    assert buried_heading("## First line starts the cell\nText") is None
+    assert buried_heading("Config:\n```yaml\n## a comment in the file\n```\nText") is None
+    assert buried_heading("Text\n    ## four spaces: code") is None
+    assert buried_heading("Text\n#### deeper headings stay in the cell") is None
+
+
 @pytest.mark.parametrize("ch", PRESENT, ids=lambda c: c.number)
 def test_each_heading_starts_its_own_cell(ch):
     # Slides are cut at cells: a `##` section or `###` sub-section buried inside a cell gets no slide.
     for c in load(ch).cells:
         if c.cell_type == "markdown":
-            assert not re.search(r"\n#{2,3} ", c.source), f"split this cell at its heading: {c.source[:60]!r}"
+            assert buried_heading(c.source) is None, f"split this cell at its heading: {c.source[:60]!r}"
 
 
 COMPARED_SKIP = {"setup", "nbval-ignore-output", "nbval-skip", *HARDWARE_TAGS}
@@ -98,6 +123,35 @@ def test_chapter_ends_by_asserting_its_lessons_ran_on_device(ch):
     last = [c for c in cells[:summary] if c.cell_type == "code"][-1]
     assert not tags(last) & COMPARED_SKIP, "the last lesson cell is compared, so a CUDA run checks it too"
     assert "device" in last.source and "assert" in last.source, last.source[:200]
+
+
+def test_device_cells_follow_names_from_cell_to_cell_in_the_order_statements_run():
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("net = make().to(device)\nif ready:\n    y = net(x)\nz = y * 2"),
+        nbformat.v4.new_code_cell("print(z)"),        # z comes from y, y from net, net from device
+        nbformat.v4.new_code_cell("print(len('ab'))"),
+        nbformat.v4.new_code_cell("print(z)", metadata={"tags": ["nbval-ignore-output"]}),  # not compared
+    ])
+    assert course.device_cells(nb) == (2, 3)
+
+
+def test_unknown_chapter_numbers_are_refused_before_anything_runs(monkeypatch, capsys):
+    ran = []
+    monkeypatch.setattr(course, "execute", ran.append)
+    monkeypatch.setattr(course, "sync", ran.append)
+    for command in ("execute", "sync", "slides"):
+        with pytest.raises(SystemExit) as exit_:
+            course.main([command, "01", "99"])
+        assert exit_.value.code == 2 and "unknown chapter '99'" in capsys.readouterr().err
+    assert ran == []
+
+
+def test_check_reads_the_files_as_utf8_whatever_the_locale():
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0",
+           "PYTHONIOENCODING": "utf-8"}
+    result = subprocess.run([sys.executable, "-m", "tools.course", "check"], cwd=course.ROOT, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout[-1000:] + result.stderr[-2000:]
 
 
 def test_most_compared_cells_work_on_the_chosen_device():

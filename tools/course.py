@@ -9,8 +9,9 @@
     python -m tools.course slides [NN ...]
                                          # write self-contained lecture decks into slides/
 
-Outputs are always regenerated on the CPU (``CUDA_VISIBLE_DEVICES`` is emptied for the kernel) so the
-committed reference is the same whatever machine a maintainer uses.
+``execute`` empties ``CUDA_VISIBLE_DEVICES`` for the kernel, so the reference outputs never come from a CUDA
+GPU (an Apple or Intel GPU stays visible: regenerate them on a machine without one). Files are read and written
+as UTF-8 whatever the locale.
 """
 
 from __future__ import annotations
@@ -230,12 +231,12 @@ def stale() -> list[str]:
         if not ch.path.exists():
             out.append(f"{ch.file} (missing)")
             continue
-        text = ch.path.read_text()
+        text = ch.path.read_text(encoding="utf-8")
         if _dump(synced(ch, nbformat.reads(text, as_version=4))) != text:
             out.append(ch.file)
     listed = {c.file for c in CHAPTERS}
     out += [f"{p.name} (not in CHAPTERS)" for p in sorted(NOTEBOOKS.glob("*.ipynb")) if p.name not in listed]
-    readme = README.read_text()
+    readme = README.read_text(encoding="utf-8")
     if synced_readme(readme) != readme:
         out.append("README.md")
     return out
@@ -245,13 +246,13 @@ def sync(numbers: list[str] | None = None) -> None:
     """Rewrite the generated parts of the chapters ``numbers`` (default: every chapter and the README)."""
     for ch in CHAPTERS:
         if ch.path.exists() and (not numbers or ch.number in numbers):
-            ch.path.write_text(_dump(synced(ch, nbformat.read(ch.path, as_version=4))))
+            ch.path.write_text(_dump(synced(ch, nbformat.read(ch.path, as_version=4))), encoding="utf-8")
     if not numbers:
-        README.write_text(synced_readme(README.read_text()))
+        README.write_text(synced_readme(README.read_text(encoding="utf-8")), encoding="utf-8")
 
 
 def execute(chapter: Chapter, timeout: int = 300) -> None:
-    """Run a notebook top to bottom on the CPU and save its outputs as the new reference."""
+    """Run a notebook top to bottom without CUDA GPUs and save its outputs as the new reference."""
     from nbclient import NotebookClient
 
     nb = synced(chapter, nbformat.read(chapter.path, as_version=4))
@@ -273,7 +274,7 @@ def execute(chapter: Chapter, timeout: int = 300) -> None:
         else:
             os.environ["CUDA_VISIBLE_DEVICES"] = env_before
     nb.metadata.pop("widgets", None)
-    chapter.path.write_text(_dump(nb))
+    chapter.path.write_text(_dump(nb), encoding="utf-8")
 
 
 # --- which compared cells work on the chosen device --------------------------------------------------
@@ -305,7 +306,9 @@ def device_cells(nb) -> tuple[int, int]:
         except SyntaxError:
             continue
         hit = False
-        for stmt in ast.walk(tree):
+        # in the order the statements run (ast.walk is breadth-first: a nested assignment would come late)
+        for stmt in sorted((n for n in ast.walk(tree) if isinstance(n, ast.stmt)),
+                           key=lambda n: (n.lineno, n.col_offset)):
             if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.With, ast.FunctionDef,
                                  ast.ClassDef)):
                 if _names(stmt) & tainted:
@@ -348,22 +351,20 @@ def main(argv: list[str] | None = None) -> int:
     sync_.add_argument("numbers", nargs="*", help="only these chapters, such as 01 02 (default: all and README)")
     sub.add_parser("check", help="exit 1 if a generated part is stale")
     sub.add_parser("devices", help="count the compared cells of chapters 01-09 that work on `device`")
-    run = sub.add_parser("execute", help="re-run notebooks on the CPU and save their outputs")
+    run = sub.add_parser("execute", help="re-run notebooks without CUDA GPUs and save their outputs")
     run.add_argument("numbers", nargs="*", help="chapter numbers such as 01 02 (default: all)")
     deck = sub.add_parser("slides", help="write self-contained lecture decks into slides/ (tools/slides.py)")
     deck.add_argument("numbers", nargs="*", help="chapter numbers such as 01 02 (default: all)")
     args = parser.parse_args(argv)
+    # every chapter number is checked before anything runs or is overwritten
+    unknown = [n for n in getattr(args, "numbers", []) if n not in BY_NUMBER]
+    if unknown:
+        parser.error(f"unknown chapter {unknown[0]!r}; known: {', '.join(BY_NUMBER)}")
     if args.command == "slides":
         from tools import slides
 
-        unknown = [n for n in args.numbers if n not in BY_NUMBER]
-        if unknown:
-            parser.error(f"unknown chapter {unknown[0]!r}; known: {', '.join(BY_NUMBER)}")
         return slides.main([c for c in CHAPTERS if c.path.exists() and (not args.numbers or c.number in args.numbers)])
     if args.command == "sync":
-        unknown = [n for n in args.numbers if n not in BY_NUMBER]
-        if unknown:
-            parser.error(f"unknown chapter {unknown[0]!r}; known: {', '.join(BY_NUMBER)}")
         sync(args.numbers)
         return 0
     if args.command == "devices":
@@ -378,8 +379,6 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if bad else 0
     numbers = args.numbers or [c.number for c in CHAPTERS if c.path.exists()]
     for number in numbers:
-        if number not in BY_NUMBER:
-            parser.error(f"unknown chapter {number!r}; known: {', '.join(BY_NUMBER)}")
         print(f"executing {BY_NUMBER[number].file} ...", flush=True)
         execute(BY_NUMBER[number])
     return 0
