@@ -98,10 +98,50 @@ def test_heights_grow_with_wrapped_lines_tables_and_images():
     assert slides.cell_height(long) > slides.cell_height(short) + 5 * slides.OUT_LINE
     table = md("| a | b |\n|---|---|\n" + "\n".join(f"| {i} | {i} |" for i in range(10)))
     assert slides.cell_height(table) > slides.cell_height(md("| a | b |\n|---|---|\n| 1 | 1 |")) + 200
-    png = _png(800, 1200)  # a tall figure is scaled down to IMAGE_MAX_H
-    figure = code("plot()", [{"output_type": "display_data", "data": {"image/png": png, "text/plain": "<Figure>"},
-                              "metadata": {}}])
-    assert slides.IMAGE_MAX_H < slides.cell_height(figure) < slides.IMAGE_MAX_H + 60
+    # an image is drawn at its size in pixels (1200x300 fits as it is), scaled down to the width and to
+    # IMAGE_MAX_H: the figure's part of the cell is what the stylesheet draws, plus its margin
+    drawn = {(1200, 300): 300, (2432, 300): 150, (800, 1200): slides.IMAGE_MAX_H}
+    for (width, height), px in drawn.items():
+        figure = code("plot()", [figure_output(width, height)])
+        assert px <= slides.cell_height(figure) - slides.cell_height(code("plot()")) <= px + 16, (width, height)
+
+
+def figure_output(width, height, **metadata):
+    return {"output_type": "display_data", "data": {"image/png": _png(width, height), "text/plain": "<Figure>"},
+            "metadata": metadata}
+
+
+def test_an_image_counts_as_tall_as_the_stylesheet_draws_it():
+    # a width/height in the output's metadata does not count: the stylesheet draws the pixels (width: auto)
+    small = code("show()", [figure_output(1000, 1000, **{"image/png": {"width": 150, "height": 150}})])
+    assert slides.cell_height(small) >= slides.IMAGE_MAX_H
+    assert "width: auto; height: auto" in slides.CSS
+    # markdown images (attachments too) are scaled and capped like output images
+    assert re.search(r"\.jp-RenderedMarkdown img[^}]*max-height: " + f"{slides.IMAGE_MAX_H}px", slides.CSS)
+    words = "Some words about the diagram. " * 10
+    for (width, height), px in {(900, 500): slides.IMAGE_MAX_H, (300, 100): 100}.items():
+        cell = nbformat.v4.new_markdown_cell(f"{words}\n\n![diagram](attachment:d.png)",
+                                             attachments={"d.png": {"image/png": _png(width, height)}})
+        assert px <= slides.cell_height(cell) - slides.cell_height(md(words)) <= px + 24, (width, height)
+    unknown = md("![diagram](figure.png)")  # a file: its size is unknown here, so it counts as a big figure
+    assert slides.cell_height(unknown) >= slides.IMAGE_MAX_H
+
+
+def test_a_fence_right_after_a_line_of_text_is_code_and_a_long_one_is_cut():
+    body = "\n".join(f"torchrun --nproc-per-node=2 train.py --epoch {i}" for i in range(25))
+    tight, loose = f"Run it:\n```bash\n{body}\n```", f"Run it:\n\n```bash\n{body}\n```"
+    assert slides.markdown_blocks(tight) == slides.markdown_blocks(loose) == ["Run it:", f"```bash\n{body}\n```"]
+    assert slides.markdown_height(tight) == slides.markdown_height(loose) > 25 * slides.CODE_LINE
+    assert slides.markdown_blocks("```\na\n```\nafter") == ["```\na\n```", "after"]
+    long = "\n".join(f"step_{i}()" for i in range(60))
+    nb = nbformat.v4.new_notebook(cells=[md("# 08 · T"), md(f"## 1 · Launch\n\nRun it:\n```bash\n{long}\n```")])
+    for cell, kind in zip(nb.cells, slides.slide_types(nb.cells), strict=True):
+        cell.metadata["slideshow"] = {"slide_type": kind}
+    deck = slides.deck_notebook(nb)
+    fenced = [c.source for c in deck.cells if "step_" in c.source]
+    assert len(fenced) >= 2 and all(slides.cell_height(c) <= slides.BUDGET for c in deck.cells)
+    assert all(part.endswith("```") and "```bash\nstep_" in part for part in fenced)
+    assert re.findall(r"step_\d+", "".join(fenced)) == [f"step_{i}" for i in range(60)]
 
 
 def _png(width: int, height: int) -> str:
@@ -149,6 +189,39 @@ def test_long_outputs_tables_and_lists_are_cut_to_fit_too():
     only_outputs = [c for c in deck.cells if slides.OUTPUT_ONLY in c.metadata.get("tags", [])]
     html = slides.export_notebook(nb, "T")
     assert only_outputs and html.count('jp-InputArea-editor"') == 1, "output-only pieces show no empty editor"
+
+
+def test_a_cut_output_keeps_its_kind_and_a_long_traceback_is_cut_too():
+    warnings = {"output_type": "stream", "name": "stderr", "text": "".join(f"warning {i}\n" for i in range(80))}
+    pieces = [o for group in slides._output_pieces([warnings]) for o in group]
+    assert len(pieces) >= 2 and {o["name"] for o in pieces} == {"stderr"}
+    frames = [f"  File \"train.py\", line {i}, in step{i}\n    \x1b[32mstep{i + 1}()\x1b[0m" for i in range(40)]
+    error = {"output_type": "error", "ename": "RuntimeError", "evalue": "boom",
+             "traceback": ["\x1b[31mRuntimeError\x1b[0m Traceback", *frames, "RuntimeError: boom"]}
+    groups = slides._output_pieces([nbformat.from_dict(error)])
+    pieces = [o for group in groups for o in group]
+    assert len(groups) >= 2 and {o["output_type"] for o in pieces} == {"error"}
+    assert all(sum(map(slides.output_height, group)) <= slides.BUDGET - slides.CELL_GAP for group in groups)
+    assert "\n".join(line for o in pieces for line in o["traceback"]) == "\n".join(error["traceback"])
+
+
+def test_math_is_found_where_mathjax_typesets_it_and_only_there():
+    def has_math(*cells):
+        return slides._has_math(nbformat.v4.new_notebook(cells=list(cells)))
+
+    def shown(mime, text):
+        return code("show()", [{"output_type": "display_data", "data": {mime: text, "text/plain": "<x>"},
+                                "metadata": {}}])
+
+    assert has_math(md("Inline $x^2$."))
+    assert has_math(md("The error:\n\n$$\n\\frac{1}{n}\\sum_i e_i^2\n$$"))
+    assert has_math(md("\\begin{align}\na &= b\n\\end{align}"))
+    assert has_math(md("Plain."), shown("text/latex", "$\\displaystyle \\frac{1}{2}$"))
+    assert has_math(shown("text/markdown", "the rate $\\eta$"))
+    assert not has_math(md("Every worker reads `$MASTER_ADDR` and `$MASTER_PORT`."))
+    assert not has_math(md("```bash\necho $RANK $WORLD_SIZE\n```"), code("x = '$a$'"))
+    nb = nbformat.v4.new_notebook(cells=[md("# 06 · T"), shown("text/latex", "$\\frac{1}{2}$")])
+    assert "MathJax.js" in slides.export_notebook(nb, "T")
 
 
 def test_a_widget_shows_its_picture_or_text_never_its_repr():

@@ -56,7 +56,7 @@ CELL_GAP, BLOCK_GAP, LIST_INDENT = 8, 8, 32  # space below a cell and below a pa
 TEXT_EM, CODE_EM = 0.46, 0.61
 CONTENT_W = WIDTH - 2 * PAD_X
 MIN_SCRIPT_PX = 15  # smallest sub- or superscript in a formula (x 0.96 on screen: above 13 px)
-IMAGE_MAX_H = 400  # output images are scaled down to at most this height (never scrolled)
+IMAGE_MAX_H = 400  # images are scaled down to at most this height (never scrolled)
 #: Height a sub-slide may fill. The rest of the 720 px is the padding and the estimate's safety margin.
 BUDGET = HEIGHT - 2 * PAD_Y - 40
 
@@ -101,8 +101,8 @@ html, body, main {{ height: 100%; margin: 0; background: #fff; }}
 .reveal .jp-OutputArea-output pre {{ font-size: {OUT_PX}px; padding: 2px 8px; }}
 .reveal [data-mime-type="application/vnd.jupyter.stderr"] {{ background: #fff0f0; }}
 .reveal .jp-RenderedImage {{ padding: 0 8px; }}
-.reveal .jp-RenderedImage img {{ max-width: 100%; max-height: {IMAGE_MAX_H}px; width: auto; height: auto;
-  margin: 0; border: 0; box-shadow: none; }}
+.reveal .jp-RenderedImage img, .reveal .jp-RenderedMarkdown img {{ max-width: 100%; max-height: {IMAGE_MAX_H}px;
+  width: auto; height: auto; margin: 0; border: 0; box-shadow: none; }}
 .reveal table {{ border-collapse: collapse; font-size: {TEXT_PX - 2}px; }}
 .reveal th, .reveal td {{ border-bottom: 1px solid #d0d0d0; padding: 2px 8px; text-align: left;
   vertical-align: top; }}
@@ -192,7 +192,7 @@ if (window.MathJax) {
   // Typeset every formula once, while the slides that have formulas are displayed at the deck's width
   // (MathJax measures what it draws, and cannot in a hidden slide), then start the deck.
   document.querySelectorAll(".reveal .slides section").forEach(function (section) {
-    if (!section.querySelector("section") && /\$|\\\(|\\\[/.test(section.textContent)) {
+    if (!section.querySelector("section") && /\$|\\\(|\\\[|\\begin\{/.test(section.textContent)) {
       section.classList.add("typeset");
       section.parentElement.classList.add("typeset");
     }
@@ -323,12 +323,14 @@ def slide_outputs(cell) -> list[dict]:
     return out
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def _text_of(output: dict) -> str | None:
     if output.get("output_type") == "stream":
         text = output.get("text", "")
     elif output.get("output_type") == "error":
-        text = "\n".join(output.get("traceback", []))
-        text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+        text = _ANSI.sub("", "\n".join(output.get("traceback", [])))
     else:
         data = output.get("data", {})
         if any(k.startswith("image/") for k in data):
@@ -337,15 +339,19 @@ def _text_of(output: dict) -> str | None:
     return "".join(text) if isinstance(text, list) else text
 
 
+def image_height(png: str | list | None, width: float) -> float:
+    """How tall the stylesheet draws an image: at its size in pixels (a ``width``/``height`` in the
+    output's metadata is overridden), scaled down to ``width`` and to :data:`IMAGE_MAX_H`. An image whose
+    size is unknown (not a PNG, a file, a URL) counts as 640x480."""
+    size = _png_size(png if isinstance(png, str) else "".join(png)) if png else None
+    w, h = size or (640, 480)
+    return h * min(1.0, width / w, IMAGE_MAX_H / h)
+
+
 def output_height(output: dict) -> float:
     data = output.get("data", {})
     if "image/png" in data:
-        size = _png_size(data["image/png"] if isinstance(data["image/png"], str) else "".join(data["image/png"]))
-        w, h = size or (640, 480)
-        meta = output.get("metadata", {}).get("image/png", {})
-        w, h = meta.get("width", w), meta.get("height", h)
-        scale = min(1.0, CONTENT_W / w, IMAGE_MAX_H / h)
-        return h * scale + 12
+        return image_height(data["image/png"], CONTENT_W - 16) + 12
     if any(k.startswith("image/") for k in data):
         return IMAGE_MAX_H + 8
     text = _text_of(output) or ""
@@ -396,27 +402,44 @@ def _line_px(text: str, px: float) -> float:
 
 
 def markdown_blocks(source: str) -> list[str]:
-    """Paragraphs, lists, tables, headings and fenced code of a markdown cell (blank lines part them,
-    except inside a fence)."""
-    blocks, current, fence = [], [], False
+    """Paragraphs, lists, tables, headings and fenced code of a markdown cell: blank lines part them, and
+    a fence is a block of its own (it may follow a paragraph's line directly, as in CommonMark)."""
+    blocks: list[str] = []
+    current: list[str] = []
+    fence = False
+
+    def flush():
+        if current:
+            blocks.append("\n".join(current))
+            current.clear()
+
     for line in source.strip().split("\n"):
-        if line.lstrip().startswith("```"):
-            fence = not fence
-        if not line.strip() and not fence:
-            if current:
-                blocks.append("\n".join(current))
-                current = []
-        else:
+        marker = line.lstrip().startswith("```")
+        if marker and not fence:
+            flush()
+        if line.strip() or fence:
             current.append(line)
-    if current:
-        blocks.append("\n".join(current))
+        else:
+            flush()
+        if marker:
+            fence = not fence
+            if not fence:
+                flush()
+    flush()
     return blocks
 
 
 _ITEM = re.compile(r"^\s*([-*+]|\d+[.)]) ")
+_IMAGE = re.compile(r"!\[[^\]]*\]\(\s*<?([^\s)>]*)[^)]*\)")
 
 
-def block_height(block: str) -> float:
+def _attached_png(src: str, attachments: dict | None):
+    """The PNG of ``![...](attachment:name)``, or None (a file or a URL: its size is unknown here)."""
+    name = src.removeprefix("attachment:")
+    return (attachments or {}).get(name, {}).get("image/png") if name != src else None
+
+
+def block_height(block: str, attachments: dict | None = None) -> float:
     lines = block.split("\n")
     first = lines[0].lstrip()
     if first.startswith("```"):
@@ -425,6 +448,11 @@ def block_height(block: str) -> float:
     if first.startswith("$$"):
         rows = max(1, block.count("\\\\") + 1)
         return rows * TEXT_PX * TEXT_LH * (2.0 if _TALL_TEX.search(block) else 1.3) + 12 + BLOCK_GAP
+    sources = _IMAGE.findall(block)
+    if sources:  # images, scaled like output images, each counted as a line of its own; then the words
+        rest = _IMAGE.sub("", block)
+        words = block_height(rest) if rest.strip() else BLOCK_GAP
+        return sum(image_height(_attached_png(src, attachments), CONTENT_W) + 8 for src in sources) + words
     if first.startswith("|"):
         rule = re.compile(r"^\s*\|[-:| ]+\|\s*$")
         height = BLOCK_GAP
@@ -457,14 +485,14 @@ def block_height(block: str) -> float:
     return height + BLOCK_GAP
 
 
-def markdown_height(source: str) -> float:
-    return sum(block_height(block) for block in markdown_blocks(source))
+def markdown_height(source: str, attachments: dict | None = None) -> float:
+    return sum(block_height(block, attachments) for block in markdown_blocks(source))
 
 
 def cell_height(cell) -> float:
     """Estimated height of a cell on a slide, in CSS px of the 1280x720 slide."""
     if cell["cell_type"] == "markdown":
-        return markdown_height(cell["source"]) + CELL_GAP
+        return markdown_height(cell["source"], cell.get("attachments")) + CELL_GAP
     if cell["cell_type"] != "code":
         return 0.0
     source = 0.0 if OUTPUT_ONLY in _tags(cell) else code_height(cell["source"])
@@ -589,22 +617,33 @@ def _piece(cell, k, kind: str, **fields):
     return part
 
 
+def _cut_output(output: dict, lines: list[str]) -> dict:
+    """A piece of a long text output: a traceback stays an error (its colours kept), a stream keeps its
+    name (stderr keeps its background), any other text is printed."""
+    if output.get("output_type") == "error":
+        return nbformat.v4.new_output("error", ename=output.get("ename", ""), evalue=output.get("evalue", ""),
+                                      traceback=lines)
+    return nbformat.v4.new_output("stream", name=output.get("name", "stdout"), text="\n".join(lines) + "\n")
+
+
 def _output_pieces(outputs: list) -> list[list]:
-    """Outputs in groups that each fit a slide; a long text output is cut between its lines."""
+    """Outputs in groups that each fit a slide; a long text output or traceback is cut between its lines."""
     room = BUDGET - CELL_GAP
     parts = []
     for output in outputs:
         text = _text_of(output)
-        if text is None or output_height(output) <= room or output.get("output_type") == "error":
+        if text is None or output_height(output) <= room:
             parts.append(output)
             continue
+        if output.get("output_type") == "error":  # cut with its colours, measured without them
+            text = "\n".join(output.get("traceback", []))
         chunk: list[str] = []
         for line in text.rstrip("\n").split("\n"):
-            if chunk and _wrapped([*chunk, line], OUT_CPL) * OUT_LINE + 4 > room:
-                parts.append(nbformat.v4.new_output("stream", name="stdout", text="\n".join(chunk) + "\n"))
+            if chunk and _wrapped((_ANSI.sub("", x) for x in [*chunk, line]), OUT_CPL) * OUT_LINE + 4 > room:
+                parts.append(_cut_output(output, chunk))
                 chunk = []
             chunk.append(line)
-        parts.append(nbformat.v4.new_output("stream", name="stdout", text="\n".join(chunk) + "\n"))
+        parts.append(_cut_output(output, chunk))
     groups: list[list] = [[]]
     for output in parts:
         if groups[-1] and sum(map(output_height, [*groups[-1], output])) > room:
@@ -643,31 +682,32 @@ def _split_code(cell, first_kind: str) -> list:
     return cells
 
 
-def _split_block(block: str) -> list[str]:
-    """A table cut between rows (each part keeps the header), a list between items; else the block."""
+def _split_block(block: str, attachments: dict | None) -> list[str]:
+    """A table cut between rows (each part keeps the header), fenced code between lines (each part is
+    fenced), a list between items; else the block."""
     lines = block.split("\n")
+    head: list[str] = []
+    tail: list[str] = []
     if lines[0].lstrip().startswith("|") and len(lines) > 3:
         head, rows = lines[:2], lines[2:]
-        parts: list[list[str]] = [[]]
-        for row in rows:
-            if parts[-1] and block_height("\n".join([*head, *parts[-1], row])) + CELL_GAP > BUDGET:
-                parts.append([])
-            parts[-1].append(row)
-        return ["\n".join([*head, *part]) for part in parts]
-    if _ITEM.match(lines[0]):
-        items: list[str] = []
+    elif lines[0].lstrip().startswith("```"):
+        head, rows = lines[:1], lines[1:]
+        tail = [rows.pop() if rows and rows[-1].lstrip().startswith("```") else "```"]
+    elif _ITEM.match(lines[0]):
+        rows = []
         for line in lines:
-            if _ITEM.match(line) or not items:
-                items.append(line)
+            if _ITEM.match(line) or not rows:
+                rows.append(line)
             else:
-                items[-1] += "\n" + line
-        parts = [[]]
-        for item in items:
-            if parts[-1] and block_height("\n".join([*parts[-1], item])) + CELL_GAP > BUDGET:
-                parts.append([])
-            parts[-1].append(item)
-        return ["\n".join(part) for part in parts]
-    return [block]
+                rows[-1] += "\n" + line
+    else:
+        return [block]
+    parts: list[list[str]] = [[]]
+    for row in rows:
+        if parts[-1] and block_height("\n".join([*head, *parts[-1], row, *tail]), attachments) + CELL_GAP > BUDGET:
+            parts.append([])
+        parts[-1].append(row)
+    return ["\n".join([*head, *part, *tail]) for part in parts]
 
 
 #: ``\text{fan\_in}``: JupyterLab's MathJax 3 reads the escape inside ``\text``, MathJax 2 prints the backslash
@@ -677,8 +717,9 @@ _TEXT_ESCAPES = re.compile(r"\\text\{[^{}]*\\_[^{}]*\}")
 def _split_markdown(cell, first_kind: str) -> list:
     """A markdown cell taller than a slide (a section's long introduction), cut between its blocks."""
     pieces: list[list[str]] = [[]]
-    for part in (part for block in markdown_blocks(cell["source"]) for part in _split_block(block)):
-        if pieces[-1] and markdown_height("\n\n".join([*pieces[-1], part])) + CELL_GAP > BUDGET:
+    attachments = cell.get("attachments")
+    for part in (part for block in markdown_blocks(cell["source"]) for part in _split_block(block, attachments)):
+        if pieces[-1] and markdown_height("\n\n".join([*pieces[-1], part]), attachments) + CELL_GAP > BUDGET:
             pieces.append([])
         pieces[-1].append(part)
     return [_piece(cell, k, first_kind if k == 0 else "subslide", source="\n\n".join(piece))
@@ -707,9 +748,22 @@ def deck_notebook(nb):
     return nb
 
 
+#: code spans and fences (MathJax leaves ``<code>`` and ``<pre>`` alone), and what MathJax typesets:
+#: ``$...$``, ``$$...$$`` (across lines too), ``\(``, ``\[`` and ``\begin{...}`` environments
+_CODE_SPANS = re.compile(r"(`+)[\s\S]*?\1")
+_TEX = re.compile(r"\$\$[\s\S]+?\$\$|\$[^$\n]+\$|\\\(|\\\[|\\begin\{")
+
+
 def _has_math(nb) -> bool:
-    return any(cell["cell_type"] == "markdown" and re.search(r"\$[^$\n]+\$|\\\(|\\\[", cell["source"])
-               for cell in nb.cells)
+    """Whether the deck needs MathJax: TeX in a markdown cell or in a text/latex or text/markdown output."""
+    for cell in nb.cells:
+        texts = [cell["source"]] if cell["cell_type"] == "markdown" else []
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            texts += [data.get("text/latex", ""), data.get("text/markdown", "")]
+        if any(_TEX.search(_CODE_SPANS.sub("", "".join(text))) for text in texts):
+            return True
+    return False
 
 
 def export_notebook(nb, title: str, exporter=None, assets: str = "_assets") -> str:
