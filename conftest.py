@@ -139,7 +139,8 @@ def _start_kernel_server(config):
         return  # a run inside a run (tests/test_suite.py) uses the outer run's server
     folder = tempfile.mkdtemp(prefix="kernel-server-")
     path = os.path.join(folder, "socket")
-    process = kernel_server.start_server(path)
+    # the server removes the folder as it exits, which it does when this run ends, even killed (SIGKILL)
+    process = kernel_server.start_server(path, remove_folder=True)
     if process is None:
         shutil.rmtree(folder, ignore_errors=True)
         return

@@ -11,6 +11,8 @@ import contextlib
 import json
 import os
 import queue
+import select
+import signal
 import socket
 import subprocess
 import sys
@@ -31,8 +33,8 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="th
 PRELOADED = "mailbox"  # stands in for torch: imported by the server, by no fresh interpreter
 
 
-def start_server(path: Path) -> subprocess.Popen:
-    process = kernel_server.start_server(path, preload=("ipykernel.kernelapp", PRELOADED, "matplotlib"))
+def start_server(path: Path, remove_folder: bool = False) -> subprocess.Popen:
+    process = kernel_server.start_server(path, ("ipykernel.kernelapp", PRELOADED, "matplotlib"), remove_folder)
     assert process is not None, "the server did not start"
     return process
 
@@ -78,6 +80,17 @@ def start(tmp_path):
         kc.stop_channels()
         if km.has_kernel:
             km.shutdown_kernel(now=True)
+
+
+def request_kernel(path: Path, argv: list[str], cwd: Path) -> socket.socket:
+    """Ask the server for a kernel as the launcher does, with /dev/null for its streams; the connection."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(str(path))
+    payload = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": str(cwd)}).encode()
+    with open(os.devnull, "r+b") as null:
+        socket.send_fds(conn, [kernel_server.HEADER.pack(len(payload))], [null.fileno()] * 3)
+    conn.sendall(payload)
+    return conn
 
 
 def reply_to(kc, msg_id: str, timeout: float) -> dict:
@@ -160,6 +173,26 @@ def test_a_launcher_that_dies_before_asking_does_not_stop_the_server(server, sha
     assert reply["status"] == "ok" and facts["preloaded"], reply  # still served by the same server
 
 
+def test_a_launcher_that_dies_with_its_answer_unread_does_not_stop_the_server(server, shared_server, start, tmp_path):
+    conn = request_kernel(shared_server, ["ipykernel_launcher", "-f", str(tmp_path / "kernel.json")], tmp_path)
+    select.select([conn], [], [], 10)
+    kernel = int(conn.recv(64, socket.MSG_PEEK))  # the server has answered; the answer stays unread...
+    conn.close()  # ...as the launcher dies: the server's next read gets ECONNRESET, not an end of file
+    assert gone(kernel)
+    km, kc = start()
+    facts, reply = run(kc, PROBE)
+    assert reply["status"] == "ok" and facts["preloaded"], reply  # still served by the same server
+
+
+def test_a_connection_that_sends_nothing_holds_up_the_next_launcher_briefly(shared_server, tmp_path):
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
+        silent.connect(str(shared_server))  # accepted first, then waited for
+        started = time.monotonic()
+        with request_kernel(shared_server, ["ipykernel_launcher", "--version"], tmp_path) as conn:
+            assert conn.makefile().readline().strip().isdigit()  # its kernel's PID
+        assert time.monotonic() - started < 5  # the server's REQUEST_TIMEOUT (2 s), then the fork
+
+
 def test_interrupt_reaches_the_kernel(server, start):
     km, kc = start()
     msg_id = kc.execute("import time\nprint('sleeping', flush=True)\ntime.sleep(60)")
@@ -188,14 +221,31 @@ def test_a_killed_launcher_takes_its_kernel_with_it(server, start):
     assert gone(kernel)
 
 
+def test_a_kernel_is_killed_with_the_processes_it_started(server, start):
+    km, kc = start()
+    child, _ = run(kc, "import subprocess; result = subprocess.Popen(['sleep', '300']).pid")
+    km.shutdown_kernel(now=True)  # as jupyter_client kills a fresh kernel's process group
+    survived = not gone(child)
+    if survived:
+        os.kill(child, signal.SIGKILL)  # not left behind by a failing test
+    assert not survived, "the kernel's child outlived it"
+
+
 def test_the_server_stops_its_kernels_when_the_run_ends(start, tmp_path, monkeypatch):
-    monkeypatch.setenv(kernel_server.ENV, str(tmp_path / "socket"))
-    server = start_server(tmp_path / "socket")
+    folder = tmp_path / "server"
+    folder.mkdir()
+    monkeypatch.setenv(kernel_server.ENV, str(folder / "socket"))
+    server = start_server(folder / "socket", remove_folder=True)
     _, kc = start()
-    kernel, _ = run(kc, "import os; result = os.getpid()")
-    assert stop_server(server) == 0
-    assert gone(kernel)
-    assert not (tmp_path / "socket").exists()
+    # ipykernel ends a kernel whose parent (the server) has gone by itself, within a second: keep this one
+    # from noticing, so that only the server's own clean-up can stop it
+    kernel, _ = run(kc, "import os; os.getppid = lambda: 2; result = os.getpid()")
+    assert stop_server(server) == 0  # what happens, too, when the test run is killed: standard input closes
+    stopped = gone(kernel)
+    if not stopped:
+        os.kill(kernel, signal.SIGKILL)  # not left behind by a failing test
+    assert stopped, "the kernel outlived the server"
+    assert not folder.exists()  # nor the socket in it
 
 
 def test_without_a_server_the_launcher_starts_an_ordinary_kernel(start, monkeypatch, tmp_path):

@@ -11,10 +11,13 @@ standard streams (the launcher's, i.e. what jupyter_client gave the kernel). ``t
 ``sys.modules`` (with what torch imports on first use, see ``PRELOAD``) but bound to no name until the
 chapter's setup cell imports it, as in any fresh kernel. Nothing here is used outside the tests: Jupyter,
 Colab and Binder start kernels the usual way, and ``FRESH_KERNELS=1`` makes the test run do so too.
-One difference remains: what torch, ipykernel and matplotlib read from the environment *at import* comes
+Two differences remain. What torch, ipykernel and matplotlib read from the environment *at import* comes
 from the test run's environment, since the server imported them. ipykernel's parent PID and matplotlib's
 backend are set again for each kernel; torch reads the variables that matter here
 (``CUDA_VISIBLE_DEVICES``, the allocator's settings) when CUDA starts, which happens in the kernel.
+And Python picks the seed of ``hash()`` for strings and bytes at start-up: every kernel of a run hashes with
+the server's seed, so, for instance, a set of strings iterates in the same order in each of them, and
+``PYTHONHASHSEED`` in a kernel's own environment is ignored (the test run's applies, through the server).
 
 How. ``conftest.py`` starts the server (``python tools/kernel_server.py --serve SOCKET``) and points the
 kernel spec of nbval (and of the browser test's JupyterLab) at the launcher,
@@ -22,14 +25,16 @@ kernel spec of nbval (and of the browser test's JupyterLab) at the launcher,
 
 1. connects to the socket named by ``$KERNEL_SERVER``, sends its standard streams (``SCM_RIGHTS``),
    argv, environment and folder; the server forks, and the child becomes the kernel;
-2. forwards the signals jupyter_client sends it (interrupt, terminate) to the kernel, and exits with the
-   kernel's exit status once the server reports it;
+2. forwards the signals jupyter_client sends it (interrupt, terminate) to the kernel's process group, and
+   exits with the kernel's exit status once the server reports it;
 3. falls back to ``exec python -m ipykernel_launcher ...`` when there is no server, or the server declined
    (a GPU build of torch: see :func:`fork_safe`).
 
-If the launcher is killed (``shutdown_kernel(now=True)`` sends SIGKILL), its socket closes and the
-server kills the kernel; if the server's parent (the test run) goes away, the server kills every kernel
-and exits. Linux only (``fork`` after importing torch is not safe on macOS).
+Each kernel has its own session and process group, as jupyter_client gives a fresh kernel, and is killed
+with its group, i.e. with the processes it started. If the launcher is killed (``shutdown_kernel(now=True)``
+sends SIGKILL), its socket closes and the server kills the kernel; if the server's parent (the test run)
+goes away, however it ends, the server kills every kernel, removes its socket (and, told to, the socket's
+folder) and exits. Linux only (``fork`` after importing torch is not safe on macOS).
 
 Only the standard library at module level: the launcher runs with ``-S`` to start in milliseconds.
 """
@@ -46,6 +51,10 @@ import sys
 
 ENV = "KERNEL_SERVER"  # the socket's path, for the launchers
 HEADER = struct.Struct("!Q")
+#: Seconds a request may fall silent before the server drops its connection. A launcher sends all of its
+#: request as soon as it connects, and the server reads one request at a time: this is how long a stalled
+#: connection holds up the launchers behind it.
+REQUEST_TIMEOUT = 2
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 #: What the chapters' kernels import: torch; torch._dynamo and sympy, which the first ``optimizer.step()``
 #: imports (about 2 s); ipykernel; matplotlib's pyplot (about 0.7 s; the explorers and the figures of four
@@ -61,14 +70,17 @@ def launcher_argv() -> list[str]:
     return [sys.executable, "-S", os.path.abspath(__file__), "-f", "{connection_file}"]
 
 
-def start_server(path, preload: tuple[str, ...] | None = None):
+def start_server(path, preload: tuple[str, ...] | None = None, remove_folder: bool = False):
     """Start a server listening on ``path``; its ``subprocess.Popen``, or None if it did not come up.
-    Closing its standard input stops it."""
+    Closing its standard input stops it. With ``remove_folder`` it removes the (then empty) folder of
+    ``path`` as it exits: a folder made for the socket alone."""
     import subprocess
 
     args = [sys.executable, os.path.abspath(__file__), "--serve", str(path)]
     if preload is not None:
         args += ["--preload", ",".join(preload)]
+    if remove_folder:
+        args.append("--remove-folder")
     process = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     if process.stdout.readline() != b"listening\n":
         process.kill()
@@ -102,10 +114,7 @@ def launch(argv: list[str]) -> None:
     pid = int(line)
 
     def forward(signum, frame):
-        try:
-            os.kill(pid, signum)
-        except ProcessLookupError:
-            pass
+        signal_kernel(pid, signum)
 
     for signum in FORWARDED:
         signal.signal(signum, forward)
@@ -146,6 +155,7 @@ def _become_kernel(request: dict, fds: list[int], keep_none_of: list[int]) -> No
     clean-up, in the child)."""
     status = 0
     try:
+        os.setsid()  # a session and process group of its own, to be signalled as one (signal_kernel)
         for fd in keep_none_of:
             os.close(fd)
         signal.set_wakeup_fd(-1)
@@ -205,8 +215,9 @@ def _follow_environment(environ) -> None:
             del sys.modules[name]
 
 
-def serve(path: str, preload: tuple[str, ...] = PRELOAD) -> None:
-    """Listen on ``path``; fork a kernel per launcher until standard input closes (the test run ended)."""
+def serve(path: str, preload: tuple[str, ...] = PRELOAD, remove_folder: bool = False) -> None:
+    """Listen on ``path``; fork a kernel per launcher until standard input closes (the test run ended, or
+    was killed). ``remove_folder``: then remove the folder of ``path`` too, if empty."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
@@ -217,9 +228,14 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD) -> None:
             _loop(listener, kernels)
     finally:
         for pid in kernels:
-            _kill(pid)
+            signal_kernel(pid, signal.SIGKILL)
         listener.close()
         os.unlink(path)
+        if remove_folder:
+            try:
+                os.rmdir(os.path.dirname(path))
+            except OSError:  # not empty (or gone): not the server's to remove
+                pass
 
 
 def _preload(names) -> bool:
@@ -266,13 +282,22 @@ def _loop(listener, kernels) -> None:
         if listener in ready:
             _accept(listener, kernels, [listener.fileno(), wake_r, wake_w, sys.stdin.fileno()])
         for fd, pid in conns.items():
-            if fd in ready and pid in kernels and not kernels[pid].recv(1):
-                _kill(pid)  # the launcher was killed: so is its kernel (reaped on SIGCHLD)
+            if fd in ready and pid in kernels and _closed(kernels[pid]):
+                signal_kernel(pid, signal.SIGKILL)  # the launcher was killed: so is its kernel (reaped on SIGCHLD)
+
+
+def _closed(conn: socket.socket) -> bool:
+    """Whether a launcher's connection, found readable, has closed. A launcher sends nothing after its
+    request, so this is its end: end of file, or an error (ECONNRESET where it died with an answer unread)."""
+    try:
+        return not conn.recv(1)
+    except OSError:
+        return True
 
 
 def _accept(listener, kernels, server_fds):
     conn, _ = listener.accept()
-    conn.settimeout(30)  # a launcher that connects and then stalls must not stall every other kernel
+    conn.settimeout(REQUEST_TIMEOUT)  # a launcher whose request is cut short starts an ordinary kernel
     try:
         request, fds = _receive(conn)
     except (OSError, ValueError):
@@ -291,7 +316,7 @@ def _accept(listener, kernels, server_fds):
     try:
         conn.sendall(f"{pid}\n".encode())
     except OSError:
-        _kill(pid)
+        signal_kernel(pid, signal.SIGKILL)
 
 
 def _reap(kernels):
@@ -311,15 +336,23 @@ def _reap(kernels):
             conn.close()
 
 
-def _kill(pid):
+def signal_kernel(pid: int, signum: int) -> None:
+    """Send ``signum`` to a forked kernel's process group, as jupyter_client does to a fresh kernel's: the
+    kernel and the processes it started. Right after the fork, before the kernel has made its group, to the
+    kernel alone."""
     try:
-        os.kill(pid, signal.SIGKILL)
+        os.killpg(pid, signum)
     except ProcessLookupError:
-        pass
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--serve"]:  # --serve SOCKET [--preload MODULE,MODULE]
-        serve(sys.argv[2], tuple(sys.argv[4].split(",")) if sys.argv[3:4] == ["--preload"] else PRELOAD)
+    args = sys.argv[1:]
+    if args[:1] == ["--serve"]:  # --serve SOCKET [--preload MODULE,MODULE] [--remove-folder]
+        preload = tuple(args[args.index("--preload") + 1].split(",")) if "--preload" in args else PRELOAD
+        serve(args[1], preload, remove_folder="--remove-folder" in args)
     else:
         launch(sys.argv[1:])
