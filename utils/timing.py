@@ -479,7 +479,7 @@ def core_wait(native_ids: Iterable[int]) -> float | None:
     total = 0
     for tid in ids:
         try:
-            with open(f"/proc/self/task/{tid}/schedstat") as f:
+            with open(f"/proc/self/task/{tid}/schedstat", encoding="ascii") as f:
                 total += int(f.read().split()[1])
         except (OSError, IndexError, ValueError):
             return None
