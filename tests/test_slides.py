@@ -348,7 +348,7 @@ async () => {
 @pytest.fixture(scope="module")
 def decks(tmp_path_factory):
     out = tmp_path_factory.mktemp("slides")
-    return dict(zip([c.number for c in CHAPTERS], slides.export(CHAPTERS, out), strict=True))
+    return dict(zip([c.number for c in CHAPTERS], course.write_decks(CHAPTERS, out), strict=True))
 
 
 @pytest.fixture(scope="module")

@@ -277,6 +277,16 @@ def execute(chapter: Chapter, timeout: int = 300) -> None:
     chapter.path.write_text(_dump(nb), encoding="utf-8")
 
 
+def write_decks(chapters: list[Chapter], out: Path) -> list[Path]:
+    """A lecture deck per chapter in ``out`` (``tools/slides.py``), from the notebook with its generated parts
+    (slide metadata included) brought up to date in memory, so a deck never lags behind this file."""
+    from tools import slides
+
+    decks = [(ch.path.stem, f"{ch.number} · {ch.title}", synced(ch, nbformat.read(ch.path, as_version=4)))
+             for ch in chapters]
+    return slides.export(decks, out, index={f"{c.path.stem}.slides.html": f"{c.number} · {c.title}" for c in CHAPTERS})
+
+
 # --- which compared cells work on the chosen device --------------------------------------------------
 
 def _names(node) -> set[str]:
@@ -361,9 +371,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown chapter {unknown[0]!r}; known: {', '.join(BY_NUMBER)}")
     if args.command == "slides":
-        from tools import slides
-
-        return slides.main([c for c in CHAPTERS if c.path.exists() and (not args.numbers or c.number in args.numbers)])
+        out = ROOT / "slides"
+        chosen = [c for c in CHAPTERS if c.path.exists() and (not args.numbers or c.number in args.numbers)]
+        for path in write_decks(chosen, out):
+            print(path.relative_to(ROOT))
+        print(f"open {out / 'index.html'} in a browser (no network needed); press S for the speaker view")
+        return 0
     if args.command == "sync":
         sync(args.numbers)
         return 0

@@ -778,37 +778,30 @@ def export_notebook(nb, title: str, exporter=None, assets: str = "_assets") -> s
     return html
 
 
-def export(chapters: Sequence, out: Path = OUT) -> list[Path]:
-    """Write one self-contained deck per chapter into ``out``, with reveal.js and MathJax beside them.
-
-    ``chapters`` are ``tools.course.Chapter`` objects; each notebook's generated parts (slide metadata
-    included) are brought up to date in memory first, so a deck never lags behind ``tools/course.py``.
-    One exporter renders them all: its templates compile once (the rendering is pure Python, so threads
-    would not make it faster).
+def export(decks: Sequence[tuple[str, str, nbformat.NotebookNode]], out: Path = OUT,
+           index: dict[str, str] | None = None) -> list[Path]:
+    """Write one self-contained deck per ``(name, title, notebook)`` into ``out`` as ``name.slides.html``,
+    with reveal.js and MathJax beside them, and an ``index.html`` listing every deck in ``out``, titled from
+    ``index`` (deck file name -> title). The notebooks' slide metadata is used as it is (``tools.course``
+    brings it up to date first). One exporter renders them all: its templates compile once (the rendering is
+    pure Python, so threads would not make it faster).
     """
-    from tools import course
-
     out.mkdir(parents=True, exist_ok=True)
     copy_assets(out)
     exporter = _exporter()
     paths = []
-    for ch in chapters:
-        # by number: under `python -m tools.course` the caller's Chapter objects belong to __main__
-        nb = course.synced(course.BY_NUMBER[ch.number], nbformat.read(ch.path, as_version=4))
-        path = out / f"{ch.path.stem}.slides.html"
-        path.write_text(export_notebook(nb, f"{ch.number} · {ch.title}", exporter=exporter), encoding="utf-8")
+    for name, title, nb in decks:
+        path = out / f"{name}.slides.html"
+        path.write_text(export_notebook(nb, title, exporter=exporter), encoding="utf-8")
         paths.append(path)
-    _write_index(out)
+    _write_index(out, {**{p.name: t for p, (_, t, _) in zip(paths, decks, strict=True)}, **(index or {})})
     return paths
 
 
-def _write_index(out: Path) -> None:
+def _write_index(out: Path, titles: dict[str, str]) -> None:
     from html import escape
 
-    from tools import course
-
     decks = sorted(out.glob("*.slides.html"))
-    titles = {f"{c.path.stem}.slides.html": f"{c.number} · {c.title}" for c in course.CHAPTERS}
     rows = "\n".join(f'<li><a href="{p.name}">{escape(titles.get(p.name, p.stem))}</a></li>' for p in decks)
     (out / "index.html").write_text(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Lecture slides</title>"
@@ -818,11 +811,3 @@ def _write_index(out: Path) -> None:
         "<kbd>Esc</kbd> the overview.</p></body></html>\n",
         encoding="utf-8",
     )
-
-
-def main(chapters: Sequence, out: Path = OUT) -> int:
-    paths = export(chapters, out)
-    for path in paths:
-        print(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
-    print(f"open {(out / 'index.html')} in a browser (no network needed); press S for the speaker view")
-    return 0
