@@ -40,8 +40,8 @@ def right_with_measure(fn, devices, clock=time.perf_counter):
 
 
 def warm_then_time(fn, wait, clock):
-    """The skeleton of the answers below, which differ only in how they wait for the GPUs: a warm-up call,
-    wait, then one call timed between two waits."""
+    """The skeleton of the answers below, right and wrong, that differ only in how they wait for the GPUs: a
+    warm-up call, wait, then one call timed between two waits."""
     fn()
     wait()
     start = clock()
@@ -171,30 +171,15 @@ def warm_up_without_sync_before(fn, devices, clock=time.perf_counter):
 
 
 def bare_sync_both_sides(fn, devices, clock=time.perf_counter):
-    fn()
-    torch.cuda.synchronize()
-    start = clock()
-    fn()
-    torch.cuda.synchronize()
-    return clock() - start
+    return warm_then_time(fn, torch.cuda.synchronize, clock)
 
 
 def first_device_only(fn, devices, clock=time.perf_counter):
-    fn()
-    torch.cuda.synchronize(devices[0])
-    start = clock()
-    fn()
-    torch.cuda.synchronize(devices[0])
-    return clock() - start
+    return warm_then_time(fn, lambda: torch.cuda.synchronize(devices[0]), clock)
 
 
 def two_hardcoded_gpus(fn, devices, clock=time.perf_counter):
-    fn()
-    synchronize(["cuda:0", "cuda:1"])
-    start = clock()
-    fn()
-    synchronize(["cuda:0", "cuda:1"])
-    return clock() - start
+    return warm_then_time(fn, lambda: synchronize(["cuda:0", "cuda:1"]), clock)
 
 
 def bare_before_every_device_after(fn, devices, clock=time.perf_counter):
@@ -234,38 +219,26 @@ def includes_the_warm_up(fn, devices, clock=time.perf_counter):
 
 
 def crashes_on_the_cpu(fn, devices, clock=time.perf_counter):
-    fn()
-    for d in devices:
-        torch.cuda.synchronize(d)
-    start = clock()
-    fn()
-    for d in devices:
-        torch.cuda.synchronize(d)
-    return clock() - start
+    def wait():
+        for d in devices:
+            torch.cuda.synchronize(d)
+
+    return warm_then_time(fn, wait, clock)
 
 
 def device_context_with_the_cpu(fn, devices, clock=time.perf_counter):
-    fn()
-    for d in devices:
-        with torch.cuda.device(d):
-            torch.cuda.synchronize()
-    start = clock()
-    fn()
-    for d in devices:
-        with torch.cuda.device(d):
-            torch.cuda.synchronize()
-    return clock() - start
+    def wait():
+        for d in devices:
+            with torch.cuda.device(d):
+                torch.cuda.synchronize()
+
+    return warm_then_time(fn, wait, clock)
 
 
 def selects_the_last_device_only(fn, devices, clock=time.perf_counter):
     """A bare synchronize waits for the current device, which is now the last one of devices."""
     torch.cuda.set_device(devices[-1])
-    fn()
-    torch.cuda.synchronize()
-    start = clock()
-    fn()
-    torch.cuda.synchronize()
-    return clock() - start
+    return bare_sync_both_sides(fn, devices, clock)
 
 
 def ignores_the_clock(fn, devices, clock=time.perf_counter):
