@@ -3,7 +3,8 @@ its figure, and RISE presents a chapter as a live slideshow.
 
 Both tests share one JupyterLab server (a module-scoped fixture) and one Chromium, the ``browser`` fixture
 of conftest.py, which tests/test_slides.py uses too (both modules are one xdist group, so all of them run
-on the same worker). Needs Chromium (Debian/Ubuntu: `apt-get install chromium`) and the
+on the same worker). Needs Chromium (Debian/Ubuntu: `apt-get install chromium-headless-shell`, which it
+prefers: the same engine without windows, lighter to start and run; else `chromium` or Chrome) and the
 `playwright` package from requirements.txt (it drives the system's Chromium; it downloads no browser).
 Without them the tests are skipped with that message, unless REQUIRE_BROWSER=1 (set by CI), which turns
 the skip into a failure. tests/test_slides.py uses the same Chromium for the exported decks.
@@ -58,10 +59,11 @@ PRESENT = """() => {
 
 def chromium_or_skip() -> str:
     """The system's Chromium, with playwright to drive it; else skip (or fail under REQUIRE_BROWSER=1)."""
-    path = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    names = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome")
+    path = next(filter(None, map(shutil.which, names)), None)
     problem = None
     if path is None:
-        problem = "Chromium not found (Debian/Ubuntu: apt-get install chromium)"
+        problem = "Chromium not found (Debian/Ubuntu: apt-get install chromium-headless-shell)"
     else:
         try:
             import playwright.sync_api  # noqa: F401

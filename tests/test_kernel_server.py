@@ -162,37 +162,49 @@ def test_a_backend_matplotlib_refuses_fails_its_import_in_the_kernel_as_in_a_fre
     assert facts["backend"] == (os.environ.get("MPLBACKEND") or kernel_server.INLINE_BACKEND)
 
 
-def test_a_launcher_that_dies_before_asking_does_not_stop_the_server(server, shared_server, start):
+def serves(path: Path, cwd: Path) -> bool:
+    """Whether the server at ``path`` still forks kernels: it answers the next request with a PID (the kernel,
+    asked only for ipykernel's version, is gone a moment later)."""
+    with request_kernel(path, ["ipykernel_launcher", "--version"], cwd) as conn:
+        conn.settimeout(20)  # a server that has stopped answering fails here, not at the run's time limit
+        return conn.makefile().readline().strip().isdigit()
+
+
+def test_a_launcher_that_dies_before_asking_does_not_stop_the_server(shared_server, tmp_path):
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as gone_at_once:
         gone_at_once.connect(str(shared_server))  # and closes without sending a request
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as half_a_header:
         half_a_header.connect(str(shared_server))
         half_a_header.sendall(b"\0\0\0")
-    km, kc = start()
-    facts, reply = run(kc, PROBE)
-    assert reply["status"] == "ok" and facts["preloaded"], reply  # still served by the same server
+    assert serves(shared_server, tmp_path)
 
 
-def test_a_launcher_that_dies_with_its_answer_unread_does_not_stop_the_server(server, shared_server, start, tmp_path):
+def test_a_launcher_that_dies_with_its_answer_unread_does_not_stop_the_server(shared_server, tmp_path):
     conn = request_kernel(shared_server, ["ipykernel_launcher", "-f", str(tmp_path / "kernel.json")], tmp_path)
     select.select([conn], [], [], 10)
     kernel = int(conn.recv(64, socket.MSG_PEEK))  # the server has answered; the answer stays unread...
     conn.close()  # ...as the launcher dies: the server's next read gets ECONNRESET, not an end of file
     assert gone(kernel)
-    km, kc = start()
-    facts, reply = run(kc, PROBE)
-    assert reply["status"] == "ok" and facts["preloaded"], reply  # still served by the same server
+    assert serves(shared_server, tmp_path)
 
 
-def test_a_connection_that_sends_nothing_holds_up_the_next_launcher_briefly(shared_server, tmp_path):
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
-        silent.connect(str(shared_server))  # accepted first, then waited for
-        started = time.monotonic()
-        with request_kernel(shared_server, ["ipykernel_launcher", "--version"], tmp_path) as conn:
-            assert conn.makefile().readline().strip().isdigit()  # its kernel's PID
-        # the wait is REQUEST_TIMEOUT (2 s) and a fork; the bound (16 s) leaves a loaded machine room and
-        # still fails a server that waits 30 s, as it once did
-        assert time.monotonic() - started < 8 * kernel_server.REQUEST_TIMEOUT
+def test_a_connection_that_sends_nothing_holds_up_the_next_launcher_only_for_the_request_timeout(tmp_path):
+    # A server of its own, with a short timeout (the run's waits REQUEST_TIMEOUT) and nothing preloaded.
+    timeout = 0.3
+    process = kernel_server.start_server(tmp_path / "socket", (), request_timeout=timeout)
+    assert process is not None, "the server did not start"
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
+            silent.connect(str(tmp_path / "socket"))  # accepted first, then waited for
+            started = time.monotonic()
+            assert serves(tmp_path / "socket", tmp_path)
+            waited = time.monotonic() - started
+    finally:
+        assert stop_server(process) == 0
+    assert waited >= timeout  # the next launcher waited for the silent connection to time out...
+    # ...and no longer: the bound leaves a loaded machine room, and fails a server that waits 30 s, as one did
+    assert waited < timeout + 10
+    assert kernel_server.REQUEST_TIMEOUT <= 2
 
 
 def test_interrupt_reaches_the_kernel(server, start):
@@ -259,8 +271,15 @@ def test_without_a_server_the_launcher_starts_an_ordinary_kernel(start, monkeypa
     assert not facts["preloaded"]
 
 
+#: A stand-in for ipykernel's launcher module: says which process runs it, with what arguments, and whether
+#: the server's preloaded module is there (it is not, in a fresh interpreter).
+STAND_IN = f"""import json, os, sys
+print(json.dumps({{"pid": os.getpid(), "argv": sys.argv[1:], "preloaded": {PRELOADED!r} in sys.modules}}))
+"""
+
+
 @pytest.mark.parametrize("reads", [True, False], ids=["after reading the request", "at once"])
-def test_when_the_server_declines_the_launcher_starts_an_ordinary_kernel(start, monkeypatch, tmp_path, reads):
+def test_when_the_server_declines_the_launcher_starts_an_ordinary_kernel(tmp_path, reads):
     path = tmp_path / "declining"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
@@ -270,17 +289,23 @@ def test_when_the_server_declines_the_launcher_starts_an_ordinary_kernel(start, 
         conn, _ = listener.accept()
         with conn:
             if reads:
-                kernel_server._receive(conn)
+                for fd in kernel_server._receive(conn)[1]:  # the launcher's streams: not kept open here
+                    os.close(fd)
 
     declining = threading.Thread(target=decline)
     declining.start()
-    monkeypatch.setenv(kernel_server.ENV, str(path))
-    km, kc = start()
+    # The launcher as jupyter_client starts it, with the stand-in first on the path of the interpreter it
+    # execs (test_without_a_server_the_launcher_starts_an_ordinary_kernel runs the real ipykernel this way).
+    (tmp_path / "ipykernel_launcher.py").write_text(STAND_IN, encoding="utf-8")
+    argv = [arg.replace("{connection_file}", "kernel.json") for arg in kernel_server.launcher_argv()]
+    env = {**os.environ, kernel_server.ENV: str(path), "PYTHONPATH": str(tmp_path)}
+    with subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True) as launcher:
+        out, _ = launcher.communicate(timeout=60)
     declining.join(timeout=10)
     listener.close()
-    facts, reply = run(kc, PROBE)
-    assert reply["status"] == "ok", reply
-    assert facts["pid"] == km.provisioner.process.pid and not facts["preloaded"]
+    assert launcher.returncode == 0 and out, out
+    # exec'd in place (the launcher is the kernel), with the kernel spec's arguments, in a fresh interpreter
+    assert json.loads(out) == {"pid": launcher.pid, "argv": ["-f", "kernel.json"], "preloaded": False}
 
 
 @pytest.mark.parametrize(

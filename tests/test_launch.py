@@ -7,7 +7,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import venv
 from pathlib import Path
 
@@ -90,7 +89,7 @@ def test_colab_install_command_installs_utils_into_a_fresh_environment(tmp_path)
     spec = re.search(r'"([^"]+)"', command).group(1)
     spec = re.sub(r"^git\+https://github\.com/[^@]+@", f"git+file://{clone}@", spec)
     assert spec.startswith("git+file://"), spec
-    pip = [sys.executable, "-m", "pip", "--python", str(py), "--disable-pip-version-check"]
+    pip = [str(py), "-m", "pip", "--disable-pip-version-check"]  # as %pip runs the kernel's own pip
     subprocess.run([*pip, "install", "--quiet", "--no-build-isolation", spec], check=True)
     installed = sorted(p.name.split("-")[0] for p in env_dir.rglob("*.dist-info"))
     assert installed == ["torch_building_blocks"], installed  # the helpers, and nothing else

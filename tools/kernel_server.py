@@ -70,10 +70,11 @@ def launcher_argv() -> list[str]:
     return [sys.executable, "-S", os.path.abspath(__file__), "-f", "{connection_file}"]
 
 
-def start_server(path, preload: tuple[str, ...] | None = None, remove_folder: bool = False):
+def start_server(path, preload: tuple[str, ...] | None = None, remove_folder: bool = False,
+                 request_timeout: float = REQUEST_TIMEOUT):
     """Start a server listening on ``path``; its ``subprocess.Popen``, or None if it did not come up.
     Closing its standard input stops it. With ``remove_folder`` it removes the (then empty) folder of
-    ``path`` as it exits: a folder made for the socket alone."""
+    ``path`` as it exits: a folder made for the socket alone. ``request_timeout``: see ``REQUEST_TIMEOUT``."""
     import subprocess
 
     args = [sys.executable, os.path.abspath(__file__), "--serve", str(path)]
@@ -81,6 +82,8 @@ def start_server(path, preload: tuple[str, ...] | None = None, remove_folder: bo
         args += ["--preload", ",".join(preload)]
     if remove_folder:
         args.append("--remove-folder")
+    if request_timeout != REQUEST_TIMEOUT:
+        args += ["--request-timeout", repr(float(request_timeout))]
     process = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     if process.stdout.readline() != b"listening\n":
         process.kill()
@@ -215,7 +218,8 @@ def _follow_environment(environ) -> None:
             del sys.modules[name]
 
 
-def serve(path: str, preload: tuple[str, ...] = PRELOAD, remove_folder: bool = False) -> None:
+def serve(path: str, preload: tuple[str, ...] = PRELOAD, remove_folder: bool = False,
+          request_timeout: float = REQUEST_TIMEOUT) -> None:
     """Listen on ``path``; fork a kernel per launcher until standard input closes (the test run ended, or
     was killed). ``remove_folder``: then remove the folder of ``path`` too, if empty."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -225,7 +229,7 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD, remove_folder: bool = F
     kernels: dict[int, socket.socket] = {}  # pid -> its launcher's connection
     try:
         if _preload(preload):
-            _loop(listener, kernels)
+            _loop(listener, kernels, request_timeout)
     finally:
         for pid in kernels:
             signal_kernel(pid, signal.SIGKILL)
@@ -266,7 +270,7 @@ def fork_safe(torch) -> bool:
     return not (torch.backends.cuda.is_built() or getattr(torch.version, "hip", None))
 
 
-def _loop(listener, kernels) -> None:
+def _loop(listener, kernels, request_timeout: float) -> None:
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
@@ -280,7 +284,7 @@ def _loop(listener, kernels) -> None:
             os.read(wake_r, 4096)
             _reap(kernels)
         if listener in ready:
-            _accept(listener, kernels, [listener.fileno(), wake_r, wake_w, sys.stdin.fileno()])
+            _accept(listener, kernels, [listener.fileno(), wake_r, wake_w, sys.stdin.fileno()], request_timeout)
         for fd, pid in conns.items():
             if fd in ready and pid in kernels and _closed(kernels[pid]):
                 signal_kernel(pid, signal.SIGKILL)  # the launcher was killed: so is its kernel (reaped on SIGCHLD)
@@ -295,9 +299,9 @@ def _closed(conn: socket.socket) -> bool:
         return True
 
 
-def _accept(listener, kernels, server_fds):
+def _accept(listener, kernels, server_fds, request_timeout: float):
     conn, _ = listener.accept()
-    conn.settimeout(REQUEST_TIMEOUT)  # a launcher whose request is cut short starts an ordinary kernel
+    conn.settimeout(request_timeout)  # a launcher whose request is cut short starts an ordinary kernel
     try:
         request, fds = _receive(conn)
     except (OSError, ValueError):
@@ -351,8 +355,9 @@ def signal_kernel(pid: int, signum: int) -> None:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    if args[:1] == ["--serve"]:  # --serve SOCKET [--preload MODULE,MODULE] [--remove-folder]
-        preload = tuple(args[args.index("--preload") + 1].split(",")) if "--preload" in args else PRELOAD
-        serve(args[1], preload, remove_folder="--remove-folder" in args)
+    if args[:1] == ["--serve"]:  # --serve SOCKET [--preload MODULE,MODULE] [--remove-folder] [--request-timeout S]
+        preload = tuple(filter(None, args[args.index("--preload") + 1].split(","))) if "--preload" in args else PRELOAD
+        timeout = float(args[args.index("--request-timeout") + 1]) if "--request-timeout" in args else REQUEST_TIMEOUT
+        serve(args[1], preload, remove_folder="--remove-folder" in args, request_timeout=timeout)
     else:
         launch(sys.argv[1:])
