@@ -57,10 +57,12 @@ HEADER = struct.Struct("!Q")
 REQUEST_TIMEOUT = 2
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 #: What the chapters' kernels import: torch; torch._dynamo and sympy, which the first ``optimizer.step()``
-#: imports (about 2 s); ipykernel; matplotlib's pyplot (about 0.7 s; the explorers and the figures of four
-#: chapters). matplotlib reads its backend from ``MPLBACKEND`` at import, so each kernel sets it again from
-#: its own environment (:func:`_follow_environment`), as a fresh import would.
-PRELOAD = ("torch", "torch._dynamo", "ipykernel.kernelapp", "ipykernel.ipkernel", "matplotlib.pyplot")
+#: imports (about 2 s); ipykernel, with the debugger module every kernel imports as it starts (debugpy,
+#: about 0.1 s; importing it starts no thread); matplotlib's pyplot (about 0.7 s; the explorers and the
+#: figures of four chapters). matplotlib reads its backend from ``MPLBACKEND`` at import, so each kernel
+#: sets it again from its own environment (:func:`_follow_environment`), as a fresh import would.
+PRELOAD = ("torch", "torch._dynamo", "ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.debugger",
+           "matplotlib.pyplot")
 #: The backend ipykernel gives matplotlib where the kernel's environment names none.
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 
