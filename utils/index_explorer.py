@@ -103,6 +103,12 @@ def _check_op(op: object) -> str:
     return str(op)
 
 
+def _larger_outside_dim(shape: Sequence[int], data_shape: Sequence[int], dim: int) -> int | None:
+    """The first dimension other than ``dim`` where an index of ``shape`` is larger than the data (PyTorch's
+    rule for gather and scatter), or None if it fits."""
+    return next((d for d, (n, m) in enumerate(zip(shape, data_shape, strict=True)) if d != dim and n > m), None)
+
+
 def _validate(input_shape: object, index: object, dim: object, op: object) -> tuple[tuple[int, ...], int, str]:
     """Apply PyTorch's rules for gather / scatter (with ``src`` of the index's shape)."""
     shape = _check_shape(input_shape)
@@ -116,12 +122,12 @@ def _validate(input_shape: object, index: object, dim: object, op: object) -> tu
             f"index must have as many dimensions as the data ({len(shape)}), got {index.dim()}"
         )
     dim = _check_dim(dim, len(shape))
-    for d, (n_index, n_data) in enumerate(zip(index.shape, shape, strict=True)):
-        if d != dim and n_index > n_data:
-            raise ValueError(
-                f"index is larger than the data along dimension {d} ({n_index} > {n_data}); "
-                f"only dimension dim={dim} may be larger"
-            )
+    d = _larger_outside_dim(index.shape, shape, dim)
+    if d is not None:
+        raise ValueError(
+            f"index is larger than the data along dimension {d} ({index.shape[d]} > {shape[d]}); "
+            f"only dimension dim={dim} may be larger"
+        )
     if index.numel():
         low, high = int(index.min()), int(index.max())
         bad = low if low < 0 else high
@@ -381,7 +387,7 @@ def random_index(
         raise TypeError(f"shape must be a sequence of ints, got {shape!r}")
     if len(shape) != len(data_shape) or any(n < 0 for n in shape):
         raise ValueError(f"shape must be {len(data_shape)} sizes >= 0 (one per data dimension), got {tuple(shape)}")
-    if any(n > m for d, (n, m) in enumerate(zip(shape, data_shape, strict=True)) if d != dim):
+    if _larger_outside_dim(shape, data_shape, dim) is not None:
         raise ValueError(f"shape {tuple(shape)} is larger than the data {data_shape} outside dimension dim={dim}")
     if not isinstance(generator, torch.Generator) or generator.device.type != "cpu":
         raise TypeError(f"generator must be a CPU torch.Generator, got {generator!r}")
@@ -450,7 +456,7 @@ class IndexExplorer:
             shape = tuple(parse_index(self.index_text.value, len(self.input_shape)).shape)
         except ValueError:
             shape = self.input_shape
-        if any(n > m for d, (n, m) in enumerate(zip(shape, self.input_shape, strict=True)) if d != dim):
+        if _larger_outside_dim(shape, self.input_shape, dim) is not None:
             shape = self.input_shape
         self.index_text.value = format_index(random_index(self.input_shape, dim, shape, self._generator))
 
