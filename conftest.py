@@ -13,7 +13,9 @@ keeps tag and guard together). Every run ends with one line: GPU cells run / ski
 and the torch version.
 
 Workers. ``--dist loadgroup`` keeps each notebook's cells on one worker (one kernel per notebook) and
-spreads every other test one by one, which balances the workers far better than whole files.
+spreads every other test one by one, which balances the workers far better than whole files. The test
+files that import a heavy library no other test file needs are kept on one worker too (``_SHARED_IMPORTS``):
+each worker that ran one of them would import it once more.
 
 Threads. pytest-xdist runs one notebook per core, so each kernel gets one intra-op thread
 (``OMP_NUM_THREADS=1`` unless already set): two kernels with a thread per core each would fight over
@@ -229,6 +231,8 @@ def pytest_collection_modifyitems(config, items):
             # One kernel per notebook: with --dist loadgroup all its cells go to one worker, while the
             # other tests spread over the workers one by one.
             item.add_marker(pytest.mark.xdist_group(item.path.stem))
+        elif item.path.name in _SHARED_IMPORTS and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(_SHARED_IMPORTS[item.path.name]))
         tags = _tags(item)
         need = max((HARDWARE_TAGS[t] for t in tags & HARDWARE_TAGS.keys()), default=0)
         if not need:
@@ -246,6 +250,12 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=_cost_rank)  # xdist hands out groups in this order (see _ORDER)
 
 
+#: Test files whose tests all run on one worker, by the heavy imports they alone need: matplotlib's pyplot
+#: and ipywidgets for the explorers (about 0.7 s of CPU, and the first drawing's font set-up). Not
+#: torch._dynamo (about 1 s): the meta device, DDP and the optimizers import it, so most test files do.
+_SHARED_IMPORTS = {"test_index_explorer.py": "pyplot", "test_init_explorer.py": "pyplot"}
+
+
 #: Where a test file or notebook goes in the run's order (lower: earlier). Longest first, so that no long
 #: group starts last while the other worker idles: the browser, the decks, chapter 09 (torchrun jobs), the
 #: tests that start interpreters or take a second or more, then the other notebooks, chapter 08 last of
@@ -253,7 +263,7 @@ def pytest_collection_modifyitems(config, items):
 #: runs on the other worker to finish: that test should then be one of the short ones.
 _ORDER = (
     "test_browser.py", "test_slides.py", "09_data_parallel_training.ipynb", "test_launch.py", "test_suite.py",
-    "test_kernel_server.py", "test_index_explorer.py", "test_ddp_train.py", "test_init_explorer.py",
+    "test_kernel_server.py", "test_index_explorer.py", "test_init_explorer.py", "test_ddp_train.py",
     "test_checkpoint.py", "test_doctor.py", "test_import.py",
     "02_parameters.ipynb", "05_saving_and_loading.ipynb", "01_layers_and_blocks.ipynb",
     "07_gather_and_scatter.ipynb", "06_gpu_placement.ipynb", "03_parameter_tying.ipynb",

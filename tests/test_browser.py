@@ -57,6 +57,20 @@ PRESENT = """() => {
 }"""
 
 
+#: ``jupyter lab``, minus two costs of its start that these tests never use. jsonschema's optional IRI checker:
+#: Jupyter's event schemas use no IRI format, and its grammar (rfc3987-syntax) takes over a second to build
+#: (conftest.py skips it in the test workers too). And the npm registry, which JupyterLab asks yarn for (a
+#: Node.js process) as it is imported: only installing an extension needs it.
+LAB = """
+import sys
+sys.modules["rfc3987_syntax"] = None
+import jupyterlab.commands
+jupyterlab.commands._yarn_config = lambda logger: {"yarn config": {}, "npm config": {}}
+from jupyterlab.labapp import main
+sys.exit(main())
+"""
+
+
 def chromium_or_skip() -> str:
     """The system's Chromium, with playwright to drive it; else skip (or fail under REQUIRE_BROWSER=1)."""
     names = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome")
@@ -137,7 +151,7 @@ def lab(tmp_path_factory):
     log_path = root / "lab.log"
     log = open(log_path, "w")  # noqa: SIM115 - closed below
     server = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",
+        [sys.executable, "-c", LAB, "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",
          f"--ServerApp.port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
          "--LabApp.extension_manager=readonly", "--LabApp.news_url=None",
          "--ServerApp.jpserver_extensions={'jupyter_lsp': False, 'jupyter_server_terminals': False}"],

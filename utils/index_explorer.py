@@ -325,7 +325,7 @@ def draw_index_map(view: IndexMap, *, arrows: bool = False) -> Figure:
         ax.tick_params(length=0, labelsize=8)
         for side in ax.spines.values():
             side.set_visible(False)
-        ax.set_title(title, fontsize=10)
+        ax.set_title(title, fontsize=10, y=1.0)  # where it goes anyway; given, matplotlib skips a search
     fig.suptitle(f"{view.op}, dim={view.dim}:  {view.rule}", fontsize=11)
     if arrows:
         start, end = axes[0], axes[2]

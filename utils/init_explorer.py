@@ -313,7 +313,9 @@ def draw(results: ExplorerResult | Sequence[ExplorerResult], fig: Figure | None 
         if r.pre_stds_theory is not None:
             ax_a.plot(layers, _on_axis(r.pre_stds_theory.tolist())[0], "--", color=c, lw=0.8)
     first = results[0]
-    ax_w.set_title(f"first layer's weights ({first.width}×{first.fan_in}); dashed: ±theory std", fontsize=9)
+    # Titles at y=1.0: where matplotlib puts them anyway (no tick labels above the panels), but given,
+    # which spares it measuring every tick label to check: about a tenth of each redraw.
+    ax_w.set_title(f"first layer's weights ({first.width}×{first.fan_in}); dashed: ±theory std", fontsize=9, y=1.0)
     ax_w.set_xlabel("weight value")
     ax_w.set_ylabel("density")
     ax_w.legend(fontsize=8)
@@ -322,7 +324,7 @@ def draw(results: ExplorerResult | Sequence[ExplorerResult], fig: Figure | None 
     has_theory = [r.pre_stds_theory is not None for r in results]
     note = "dashed: theory" if all(has_theory) else "no theory for tanh" if not any(has_theory) else \
         "dashed: theory, none for tanh"
-    ax_a.set_title(f"std of each layer's pre-activation, {activations} ({note})", fontsize=9)
+    ax_a.set_title(f"std of each layer's pre-activation, {activations} ({note})", fontsize=9, y=1.0)
     if clipped:
         ax_a.text(0.02, 0.96, "▲ ▼ beyond the axis", transform=ax_a.transAxes, fontsize=8, va="top")
     ax_a.set_xlabel("layer")
