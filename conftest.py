@@ -13,9 +13,10 @@ keeps tag and guard together). Every run ends with one line: GPU cells run / ski
 and the torch version.
 
 Workers. ``--dist loadgroup`` keeps each notebook's cells on one worker (one kernel per notebook) and
-spreads every other test one by one, which balances the workers far better than whole files. The test
-files that import a heavy library no other test file needs are kept on one worker too (``_SHARED_IMPORTS``):
-each worker that ran one of them would import it once more.
+spreads every other test one by one, which balances the workers far better than whole files. A few test
+files run whole on one worker (``_ONE_WORKER``): those that share a heavy import no other file needs (each
+worker would import it again), and those that mostly wait for their own processes (spread, they would
+wait on both workers at once, and leave both cores idle).
 
 Threads. pytest-xdist runs one notebook per core, so each kernel gets one intra-op thread
 (``OMP_NUM_THREADS=1`` unless already set): two kernels with a thread per core each would fight over
@@ -115,6 +116,11 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
+    # The run is over. One full collection now, while pytest still reports what finalizers raise, then
+    # freeze what survives: pytest's own clean-up collects five more times, and the interpreter once more
+    # as it exits, and each would walk every object alive (about 0.15 s a time in a worker).
+    gc.collect()
+    gc.freeze()
     server = config.stash.get(_SERVER, None)
     if server:
         process, folder = server
@@ -231,8 +237,8 @@ def pytest_collection_modifyitems(config, items):
             # One kernel per notebook: with --dist loadgroup all its cells go to one worker, while the
             # other tests spread over the workers one by one.
             item.add_marker(pytest.mark.xdist_group(item.path.stem))
-        elif item.path.name in _SHARED_IMPORTS and item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(_SHARED_IMPORTS[item.path.name]))
+        elif item.path.name in _ONE_WORKER and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(_ONE_WORKER[item.path.name]))
         tags = _tags(item)
         need = max((HARDWARE_TAGS[t] for t in tags & HARDWARE_TAGS.keys()), default=0)
         if not need:
@@ -250,10 +256,12 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=_cost_rank)  # xdist hands out groups in this order (see _ORDER)
 
 
-#: Test files whose tests all run on one worker, by the heavy imports they alone need: matplotlib's pyplot
-#: and ipywidgets for the explorers (about 0.7 s of CPU, and the first drawing's font set-up). Not
-#: torch._dynamo (about 1 s): the meta device, DDP and the optimizers import it, so most test files do.
-_SHARED_IMPORTS = {"test_index_explorer.py": "pyplot", "test_init_explorer.py": "pyplot"}
+#: Test files whose tests all run on one worker (an xdist group, named here). The explorers: they alone
+#: import matplotlib's pyplot and ipywidgets (about 0.7 s of CPU, and the first drawing's font set-up); not
+#: torch._dynamo (about 1 s), which the meta device, DDP and the optimizers import, so most files do. The
+#: kernel server's tests: they mostly wait for the servers and kernels they start (and share one).
+_ONE_WORKER = {"test_index_explorer.py": "pyplot", "test_init_explorer.py": "pyplot",
+               "test_kernel_server.py": "kernel-server"}
 
 
 #: Where a test file or notebook goes in the run's order (lower: earlier). Longest first, so that no long
