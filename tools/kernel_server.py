@@ -246,19 +246,22 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD, remove_folder: bool = F
 
 def _preload(names) -> bool:
     """Import ``names``; False (serve nothing) where forking would not be safe."""
+    import gc
     import importlib
 
     os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"  # should anything ask, ask without starting CUDA
-    for name in names:
-        module = importlib.import_module(name)
-        if name == "torch" and not fork_safe(module):
-            return False
-    # What was imported lives as long as each kernel: freezing it keeps every garbage collection in every
-    # kernel from walking it again (and the forks from copying the pages such a walk would touch).
-    import gc
-
-    gc.collect()
-    gc.freeze()
+    gc.disable()  # what is imported stays: no automatic collection walking it over and over meanwhile
+    try:
+        for name in names:
+            module = importlib.import_module(name)
+            if name == "torch" and not fork_safe(module):
+                return False
+        # What was imported lives as long as each kernel: freezing it keeps every garbage collection in
+        # every kernel from walking it again (and the forks from copying the pages such a walk would touch).
+        gc.collect()
+        gc.freeze()
+    finally:
+        gc.enable()
     return True
 
 
