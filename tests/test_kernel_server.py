@@ -239,10 +239,7 @@ def test_a_kernel_is_killed_with_the_processes_it_started(server, start):
     km, kc = start()
     child, _ = run(kc, "import subprocess; result = subprocess.Popen(['sleep', '300']).pid")
     km.shutdown_kernel(now=True)  # as jupyter_client kills a fresh kernel's process group
-    survived = not gone(child)
-    if survived:
-        os.kill(child, signal.SIGKILL)  # not left behind by a failing test
-    assert not survived, "the kernel's child outlived it"
+    assert gone(child), "the kernel's child outlived it"
 
 
 def test_the_server_stops_its_kernels_when_the_run_ends(start, tmp_path, monkeypatch):
@@ -255,10 +252,7 @@ def test_the_server_stops_its_kernels_when_the_run_ends(start, tmp_path, monkeyp
     # from noticing, so that only the server's own clean-up can stop it
     kernel, _ = run(kc, "import os; os.getppid = lambda: 2; result = os.getpid()")
     assert stop_server(server) == 0  # what happens, too, when the test run is killed: standard input closes
-    stopped = gone(kernel)
-    if not stopped:
-        os.kill(kernel, signal.SIGKILL)  # not left behind by a failing test
-    assert stopped, "the kernel outlived the server"
+    assert gone(kernel), "the kernel outlived the server"
     assert not folder.exists()  # nor the socket in it
 
 
@@ -355,6 +349,8 @@ def test_when_the_run_forks_kernels(args, environ, platform, collect_only, forks
 
 
 def gone(pid: int, within: float = 10) -> bool:
+    """Whether process ``pid`` ends within ``within`` seconds. One still running then is killed, so that a
+    failing test leaves nothing behind."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         try:
@@ -364,4 +360,6 @@ def gone(pid: int, within: float = 10) -> bool:
         if state == "Z":  # dead, waiting to be reaped by a parent that is going away too
             return True
         time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
     return False
