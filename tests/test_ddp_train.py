@@ -7,7 +7,8 @@ equal parameters and losses against a plain loop, rank-0-only logs and no progre
 identical replicas, disjoint shards, one checkpoint written by rank 0 that every rank reloads, the
 ``module.`` prefix of the wrapper's keys, gradients that differ across ranks inside ``no_sync()``,
 buffers broadcast from rank 0, SyncBatchNorm refused on the CPU. Launching it here as well would only
-repeat that work; these tests run the program in this process (a one-process group) and test its parts.
+repeat that work; these tests run the program in this process (a one-process group) and test its parts,
+and run it once in a fresh interpreter, as ``python -m`` does, to see that it stops gloo before it exits.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import contextlib
 import gc
 import io
 import json
+import os
 import subprocess
 import sys
 import time
@@ -286,12 +288,52 @@ def test_identity_comes_from_the_launcher(monkeypatch):
     assert (found["group_rank"], found["cuda_visible_devices"], found["device_type"]) == ("1", None, "cpu")
 
 
-def test_help_runs_as_a_module_from_any_folder(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "utils.ddp_train", "--help"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
+#: In a fresh interpreter (torch._dynamo not imported yet, as in a launched worker), runs the module as
+#: ``python -m`` does (runpy, as ``__main__``): ``--help``, then a one-epoch run with the sync demo, with
+#: the garbage collector off so that only the program's own shutdown can stop gloo's threads. Prints the
+#: gloo threads left once any that are ending have gone (as gloo_threads_left).
+AS_MAIN = """
+import gc, json, runpy, sys, time
+from pathlib import Path
+
+def as_main(*argv):
+    sys.argv = ["ddp_train", *argv]
+    try:
+        runpy.run_module("utils.ddp_train", run_name="__main__", alter_sys=True)
+    except SystemExit as exit:
+        return exit.code
+
+def gloo_threads():
+    names = []
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            names.append((task / "comm").read_text().strip())
+        except OSError:
+            pass
+    return [name for name in names if "gloo" in name]
+
+gc.disable()
+assert as_main("--help") == 0
+code = as_main("--backend", "gloo", "--no-progress", "--epochs", "1", "--sync-demo", "--out", "r.json")
+deadline = time.monotonic() + 10
+while (left := gloo_threads()) and time.monotonic() < deadline:
+    time.sleep(0.05)
+print(json.dumps({"exit": code, "gloo_threads_left": left}))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads through Linux's /proc")
+def test_runs_as_a_module_from_any_folder_and_stops_gloo_before_exit(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE"):
+        env.pop(var, None)
+    done = subprocess.run([sys.executable, "-c", AS_MAIN], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith("usage: python -m utils.ddp_train")
     for flag in ("PER PROCESS", "--checkpoint", "--resume", "--accumulate", "--sync-demo"):
         assert flag in done.stdout, flag
     # runpy warns when `import utils` has already imported the module it is asked to run.
     assert "found in sys.modules" not in done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == {"exit": 0, "gloo_threads_left": []}
+    assert json.loads((tmp_path / "r.json").read_text())["sync_demo"]["sync_bn_eval_forward"] == "ok"

@@ -463,10 +463,8 @@ def train(args: argparse.Namespace, rank: int, world_size: int, device: torch.de
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # A clean shutdown needs destroy_process_group() to really free the group, so that gloo's threads stop
-    # while Python is still running (otherwise a process can abort at exit). Two things keep it alive:
-    # torch._dynamo, which DDP imports on first use, holds on to groups that exist when it is imported,
-    # so it is imported first; and the DDP wrapper holds the group in reference cycles, so those are
-    # collected before the group is destroyed.
+    # while Python is still running (otherwise a process can abort at exit). torch._dynamo, which DDP
+    # imports on first use, holds on to the groups that exist when it is imported: import it first.
     import torch._dynamo  # noqa: F401
 
     if "OMP_NUM_THREADS" not in os.environ:  # one intra-op thread per process, unless the user chose otherwise
@@ -477,7 +475,6 @@ def main(argv: list[str] | None = None) -> int:
         train(args, rank, world_size, device, backend)
         dist.barrier()  # no rank leaves while another one still needs it
     finally:
-        gc.collect()
         dist.destroy_process_group()
     return 0
 
