@@ -18,7 +18,12 @@ files run whole on one worker (``_ONE_WORKER``): those that share a heavy import
 worker would import it again), and those that mostly wait for their own processes (spread, they would
 wait on both workers at once, and leave both cores idle).
 
-Threads. pytest-xdist runs one notebook per core, so each kernel gets one intra-op thread
+How many workers. ``-n auto`` starts one worker more than the cores this process may use: about a third
+of a worker's time goes to waiting for other processes (kernels, Chromium, JupyterLab, torchrun), and
+the extra worker fills those gaps (on 2 cores, 3 workers finish sooner than 2; 4 are slower again).
+``PYTEST_XDIST_AUTO_NUM_WORKERS`` or an explicit ``-n N`` still decide.
+
+Threads. pytest-xdist runs about one notebook per core, so each kernel gets one intra-op thread
 (``OMP_NUM_THREADS=1`` unless already set): two kernels with a thread per core each would fight over
 the cores and small tensor operations would slow down many times over.
 
@@ -128,6 +133,20 @@ def pytest_unconfigure(config):
         process.wait(timeout=30)
         shutil.rmtree(folder, ignore_errors=True)
         os.environ.pop(kernel_server.ENV, None)
+
+
+def auto_workers(cores: int | None, environ=os.environ) -> int | None:
+    """The number of workers ``-n auto`` starts: one more than ``cores``; ``None`` (xdist's own count) when
+    ``PYTEST_XDIST_AUTO_NUM_WORKERS`` is set or the cores are unknown."""
+    if environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS") or not cores:
+        return None
+    return cores + 1
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_auto_num_workers(config):
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return auto_workers(cores)
 
 
 def forks_kernels(args, collect_only: bool, environ=os.environ, platform: str = sys.platform) -> bool:
