@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import inspect
 import io
 import json
-import os
 import subprocess
 import sys
 import time
@@ -290,12 +290,14 @@ def test_identity_comes_from_the_launcher(monkeypatch):
 
 #: In a fresh interpreter (torch._dynamo not imported yet, as in a launched worker), runs the module as
 #: ``python -m`` does (runpy, as ``__main__``): ``--help``, then a one-epoch run with the sync demo, with
-#: the garbage collector off so that only the program's own shutdown can stop gloo's threads. Prints the
-#: gloo threads left once any that are ending have gone (as gloo_threads_left).
-AS_MAIN = """
-import gc, json, runpy, sys, time
-from pathlib import Path
-
+#: the garbage collector off so that only the program's own shutdown can stop gloo's threads. Prints what
+#: gloo_threads_left() finds then (the helpers above, copied into the script from their source).
+AS_MAIN = "\n".join([
+    "import contextlib, gc, json, runpy, sys, time",
+    "from pathlib import Path",
+    inspect.getsource(gloo_threads),
+    inspect.getsource(gloo_threads_left),
+    """
 def as_main(*argv):
     sys.argv = ["ddp_train", *argv]
     try:
@@ -303,32 +305,17 @@ def as_main(*argv):
     except SystemExit as exit:
         return exit.code
 
-def gloo_threads():
-    names = []
-    for task in Path("/proc/self/task").iterdir():
-        try:
-            names.append((task / "comm").read_text().strip())
-        except OSError:
-            pass
-    return [name for name in names if "gloo" in name]
-
 gc.disable()
 assert as_main("--help") == 0
 code = as_main("--backend", "gloo", "--no-progress", "--epochs", "1", "--sync-demo", "--out", "r.json")
-deadline = time.monotonic() + 10
-while (left := gloo_threads()) and time.monotonic() < deadline:
-    time.sleep(0.05)
-print(json.dumps({"exit": code, "gloo_threads_left": left}))
-"""
+print(json.dumps({"exit": code, "gloo_threads_left": gloo_threads_left()}))
+"""])
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads through Linux's /proc")
-def test_runs_as_a_module_from_any_folder_and_stops_gloo_before_exit(tmp_path):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE"):
-        env.pop(var, None)
-    done = subprocess.run([sys.executable, "-c", AS_MAIN], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=120)
+def test_runs_as_a_module_from_any_folder_and_stops_gloo_before_exit(tmp_path, monkeypatch):
+    without_a_launcher(monkeypatch)
+    done = subprocess.run([sys.executable, "-c", AS_MAIN], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith("usage: python -m utils.ddp_train")
     for flag in ("PER PROCESS", "--checkpoint", "--resume", "--accumulate", "--sync-demo"):
