@@ -98,22 +98,6 @@ def gloo_threads_left(patience: float = 10.0) -> list[str]:
     return left
 
 
-@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads through Linux's /proc")
-def test_shutdown_stops_gloo_threads_after_the_sync_demo(tmp_path, monkeypatch):
-    """Threads that outlive destroy_process_group() can abort the process when Python exits."""
-    without_a_launcher(monkeypatch)
-    before = gloo_threads()
-    demo = run(tmp_path, "--epochs", "1", "--sync-demo")["sync_demo"]
-    assert gloo_threads_left() == before == []
-    # One rank: every comparison across ranks is trivially equal; BatchNorm sees only its own batches.
-    assert demo["state_equal_before_wrap"] and demo["state_equal_after_wrap"]
-    assert demo["running_means_sync_true"] == demo["running_means_sync_false"] == [[0.5], [0.75]]
-    assert demo["grads_equal_no_sync_around_backward_only"] is True
-    # On the CPU, SyncBatchNorm refuses to train inside a process group (even a one-process one).
-    assert (demo["sync_bn_type"], demo["sync_bn_train_forward"], demo["sync_bn_eval_forward"]) == (
-        "SyncBatchNorm", "ValueError", "ok")
-
-
 def test_one_intra_op_thread_unless_omp_num_threads_says_otherwise(tmp_path, monkeypatch):
     without_a_launcher(monkeypatch)
     threads = torch.get_num_threads()
@@ -314,6 +298,7 @@ print(json.dumps({"exit": code, "gloo_threads_left": gloo_threads_left()}))
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads through Linux's /proc")
 def test_runs_as_a_module_from_any_folder_and_stops_gloo_before_exit(tmp_path, monkeypatch):
+    """gloo threads that outlive destroy_process_group() can abort the process when Python exits."""
     without_a_launcher(monkeypatch)
     done = subprocess.run([sys.executable, "-c", AS_MAIN], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -323,4 +308,11 @@ def test_runs_as_a_module_from_any_folder_and_stops_gloo_before_exit(tmp_path, m
     # runpy warns when `import utils` has already imported the module it is asked to run.
     assert "found in sys.modules" not in done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == {"exit": 0, "gloo_threads_left": []}
-    assert json.loads((tmp_path / "r.json").read_text())["sync_demo"]["sync_bn_eval_forward"] == "ok"
+    demo = json.loads((tmp_path / "r.json").read_text())["sync_demo"]
+    # One rank: every comparison across ranks is trivially equal; BatchNorm sees only its own batches.
+    assert demo["state_equal_before_wrap"] and demo["state_equal_after_wrap"]
+    assert demo["running_means_sync_true"] == demo["running_means_sync_false"] == [[0.5], [0.75]]
+    assert demo["grads_equal_no_sync_around_backward_only"] is True
+    # On the CPU, SyncBatchNorm refuses to train inside a process group (even a one-process one).
+    assert (demo["sync_bn_type"], demo["sync_bn_train_forward"], demo["sync_bn_eval_forward"]) == (
+        "SyncBatchNorm", "ValueError", "ok")
