@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import matplotlib
 import pytest
@@ -186,6 +187,8 @@ def test_the_std_axis_is_the_same_for_every_setting(settings):
     assert ax.get_ylim() == pytest.approx(ie.STD_LIMITS)
     low, high = ie.STD_LIMITS
     assert _visible_ticks(ax.yaxis, low, high) == pytest.approx([10.0**k for k in range(-15, 16, 3)])
+    labels = [t.get_text() for t in ax.get_yticklabels() if low <= t.get_position()[1] <= high]
+    assert labels == ["10⁻¹⁵", "10⁻¹²", "10⁻⁹", "10⁻⁶", "10⁻³", "10⁰", "10³", "10⁶", "10⁹", "10¹²", "10¹⁵"]
     for line in ax.get_lines():  # every point drawn lies on the axis (values beyond it sit on its edge)
         y = line.get_ydata()
         assert all(low <= v <= high for v in y)
@@ -261,7 +264,10 @@ def test_no_label_overlaps_a_tick_label_and_all_text_fits(dpi):
 
     fig.set_dpi(dpi)
     canvas = FigureCanvasAgg(fig)  # the figure was closed: draw it on a fresh Agg canvas
-    canvas.draw()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        canvas.draw()
+    assert not [str(w.message) for w in caught if "missing from" in str(w.message)]  # every glyph in the font
     renderer = canvas.get_renderer()
     figure_box = fig.bbox
     ticks = [t.get_window_extent(renderer) for ax in fig.axes
