@@ -102,6 +102,27 @@ def xavier_with_relu_gain(m):
         nn.init.zeros_(m.bias)
 
 
+def linear_and_conv(m):  # the popular snippet that also initialises convolutions
+    if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d)):
+        nn.init.xavier_uniform_(m.weight)
+        nn.init.zeros_(m.bias)
+
+
+def any_two_dim_weight(m):  # "a matrix is a linear layer's weight": an embedding's is a matrix too
+    weight = getattr(m, "weight", None)
+    if isinstance(weight, torch.Tensor) and weight.dim() == 2:
+        nn.init.xavier_uniform_(weight)
+        if getattr(m, "bias", None) is not None:
+            nn.init.zeros_(m.bias)
+
+
+def edited_without_no_grad(m):  # the chapter's bound, written into the weight while autograd records
+    if isinstance(m, nn.Linear):
+        b = math.sqrt(6 / (m.in_features + m.out_features))
+        m.weight.uniform_(-b, b)
+        m.bias.zero_()
+
+
 XAVIER_WRONG = [
     (xavier_type_test, "isinstance(m, nn.Linear), not type(m) == nn.Linear"),
     (xavier_ignores_the_bias, "(an nn.Linear, 300→200) still has non-zero biases: set them with nn.init.zeros_"),
@@ -112,11 +133,14 @@ XAVIER_WRONG = [
     (xavier_set_, "assigning to .data (or calling set_) swaps in another tensor"),
     (kaiming_instead, "Xavier gives sqrt(2 / (fan_in + fan_out)) = 0.0632"),
     (bound_of_the_default, "Xavier gives sqrt(2 / (fan_in + fan_out))"),
-    (zeroes_every_bias, "the LayerNorm changed"),
+    (zeroes_every_bias, "the LayerNorm and the Conv1d changed"),
     (every_matrix, "layer 0 (an nn.Linear, 300→200) still has non-zero biases"),
     (no_type_test, "test the module first (isinstance(m, nn.Linear)): ReLU has no weight"),
     (xavier_on_the_bias, "a bias needs nn.init.zeros_"),
     (xavier_with_relu_gain, "with its default gain"),
+    (linear_and_conv, "the Conv1d changed: initialise linear layers only"),
+    (any_two_dim_weight, "the Embedding changed: initialise linear layers only"),
+    (edited_without_no_grad, "inside `with torch.no_grad():`"),
 ]
 
 
@@ -431,6 +455,18 @@ def optimizer_wrong_decay(net, example_input):
     return torch.optim.SGD(groups, lr=0.1)
 
 
+def optimizer_matrices_off_by_one(net, example_input):  # p.dim() > 2: a weight matrix has 2
+    net(example_input)
+    params = list(net.parameters())
+    return torch.optim.SGD([{"params": [p for p in params if p.dim() > 2], "weight_decay": 1e-4},
+                            {"params": [p for p in params if p.dim() <= 2], "weight_decay": 0.0}], lr=0.1)
+
+
+def optimizer_one_row_dry_run(net, example_input):  # batch norm cannot train on one sample
+    net(example_input[:1])
+    return torch.optim.SGD(_groups(net.parameters()), lr=0.1)
+
+
 OPTIMIZER_WRONG = [
     (optimizer_before_dry_run, "placeholder parameter reports p.ndim == 1"),
     (optimizer_without_dry_run, "still uninitialized"),
@@ -444,6 +480,8 @@ OPTIMIZER_WRONG = [
     (optimizer_adam, "return a torch.optim.SGD, not Adam"),
     (optimizer_returns_the_network, "return the optimizer, not the network"),
     (optimizer_wrong_decay, "must get weight_decay=0.0001, it gets 0.01"),
+    (optimizer_matrices_off_by_one, "p.dim() > 2 leaves it out"),
+    (optimizer_one_row_dry_run, "run the network on the whole example batch"),
 ]
 
 

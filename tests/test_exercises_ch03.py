@@ -182,7 +182,37 @@ class ModuleListCalled(nn.Module):
         return self.head(self.body(self.embed(tokens)))
 
 
-@pytest.mark.parametrize("right", [TiedOtherWay, TiedByMethod, HeadOnMeta, HeadOnFlatView, SeqFirstTransposedBack])
+class _TransformerLM(nn.Module):
+    """A small Transformer body between the tied embedding and head, with learned positions."""
+
+    batch_first = True
+
+    def __init__(self, vocab_size, dim):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, dim)
+        self.pos = nn.Embedding(16, dim)
+        layer = nn.TransformerEncoderLayer(dim, nhead=4, dim_feedforward=2 * dim, batch_first=self.batch_first)
+        self.body = nn.TransformerEncoder(layer, num_layers=1, enable_nested_tensor=False)
+        self.head = nn.Linear(dim, vocab_size, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, tokens):
+        return self.head(self.body(self.embed(tokens) + self.pos(torch.arange(tokens.shape[1]))))
+
+
+class TransformerBatchFirst(_TransformerLM):
+    pass
+
+
+class TransformerSeqFirst(_TransformerLM):
+    """batch_first forgotten: attention runs across the samples of the batch. Reversing the batch cannot show
+    it (attention treats its positions alike); changing one sample does."""
+
+    batch_first = False
+
+
+@pytest.mark.parametrize("right", [TiedOtherWay, TiedByMethod, HeadOnMeta, HeadOnFlatView, SeqFirstTransposedBack,
+                                   TransformerBatchFirst])
 def test_tied_lm_accepts(right):
     assert outcome(check_tied_lm, right) == ("passed", "")
 
@@ -203,6 +233,7 @@ def test_tied_lm_accepts(right):
         (PooledLogits, "shape (3, 7, 50)"),
         (HeadWithBias, "no bias"),
         (ModuleListCalled, "nn.ModuleList was called like a module"),
+        (TransformerSeqFirst, "changing sample 0's tokens changed the logits of samples 1 and 2"),
     ],
 )
 def test_tied_lm_rejects(wrong, hint):
@@ -433,6 +464,27 @@ def load_checked_assign(model, state_dict):
     model.load_state_dict(state_dict, assign=True)
 
 
+def load_checked_allclose(model, state_dict):  # "equal" up to a tolerance: one of two near values is lost
+    groups = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(p), []).append(name)
+    for names in groups.values():
+        if any(not torch.allclose(state_dict[names[0]], state_dict[n]) for n in names[1:]):
+            raise ValueError(f"{names} differ in the checkpoint")
+    model.load_state_dict(state_dict)
+
+
+def load_checked_if_tensors_differ(model, state_dict):  # `if a != b` on whole tensors
+    groups = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(p), []).append(name)
+    for names in groups.values():
+        for n in names[1:]:
+            if state_dict[names[0]] != state_dict[n]:
+                raise ValueError(f"{names[0]} and {n} differ")
+    model.load_state_dict(state_dict)
+
+
 @pytest.mark.parametrize("right", [load_checked_keep_vars, load_checked_modules, load_checked_pairwise])
 def test_load_checked_accepts(right):
     assert outcome(check_load_checked, right) == ("passed", "")
@@ -452,6 +504,8 @@ def test_load_checked_accepts(right):
         (load_checked_same_storage, "equal but stored separately was refused"),
         (load_checked_no_names, "must name the keys that disagree"),
         (load_checked_assign, "the model lost its tie"),
+        (load_checked_allclose, "torch.allclose (and isclose) call such values equal"),
+        (load_checked_if_tensors_differ, "Compare whole tensors with torch.equal(a, b)"),
     ],
 )
 def test_load_checked_rejects(wrong, hint):

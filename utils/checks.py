@@ -41,6 +41,19 @@ Verdict = Literal["passed", "not attempted", "failed"]
 
 _NO_FORWARD = re.compile(r'Module \[(\w+)\] is missing the required "forward" function')
 
+#: Errors whose cause is the same whatever the exercise: (a piece of torch's message, the cause to give).
+_KNOWN_CAUSES = (
+    ("a leaf Variable that requires grad is being used in an in-place operation",
+     "a parameter was edited in place while autograd records: fill it with nn.init (which turns recording "
+     "off itself), or make the edit inside `with torch.no_grad():`"),
+    ("Boolean value of Tensor with more than one value is ambiguous",
+     "`if` (or `and`, `or`, `not`) on a tensor of several values: `a == b` and `a != b` compare element by "
+     "element. Compare whole tensors with torch.equal(a, b), or reduce first: (a != b).any()"),
+    ("Expected more than 1 value per channel when training",
+     "a batch norm layer in training mode needs more than one sample to compute a batch's statistics: run "
+     "the network on the whole example batch"),
+)
+
 
 class ExerciseFailed(AssertionError):
     """A learner's answer does not have a property the exercise asks for."""
@@ -87,7 +100,7 @@ def _explain(err: Exception, what: str, hint: str) -> str:
             "`def forward(self, ...)` and that it is indented inside the class"
         )
     else:
-        cause = hint
+        cause = next((known for piece, known in _KNOWN_CAUSES if piece in str(err)), hint)
     message = f"{what} raised {quoted}" if what else f"your answer raised {quoted}"
     stop = "" if message.endswith((".", "!", "?")) else "."
     return f"{message}{stop} Likely cause: {cause}." if cause else f"{message}{stop}"

@@ -63,18 +63,23 @@ def check_init_xavier(init_fn: Callable[[nn.Module], object]) -> None:
     expect(callable(init_fn), "pass the function itself, e.g. check_init_xavier(init_xavier)")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
+        # net.apply only visits the modules: the last two (not linear, with weights of 3 and 2 dimensions)
+        # never run, they are there to be left alone
         net = nn.Sequential(
             nn.Linear(300, 200), nn.ReLU(), _TaggedLinear(200, 150), nn.LayerNorm(150),
-            nn.Linear(150, 100, dtype=torch.float64),
+            nn.Linear(150, 100, dtype=torch.float64), nn.Conv1d(4, 4, 3), nn.Embedding(10, 8),
         )
         with torch.no_grad():
-            net[3].weight.fill_(2.0)
-            net[3].bias.fill_(0.5)
+            for p, value in zip(list(net[3].parameters()) + list(net[5:].parameters()), (2.0, 0.5, 0.25, 0.75, 1.5),
+                                strict=True):
+                p.fill_(value)
+        others = {name: p.detach().clone() for name, p in net.named_parameters() if name[0] in "356"}
         before = dict(net.named_parameters())
         dtypes = {name: p.dtype for name, p in before.items()}
         memory = {name: p.data_ptr() for name, p in before.items()}
         with learner_code(
-            "net.apply(init_xavier) on a network of Linear, ReLU, a subclass of nn.Linear and LayerNorm",
+            "net.apply(init_xavier) on a network of Linear, ReLU, a subclass of nn.Linear, LayerNorm, Conv1d and "
+            "Embedding",
             "test the module first (isinstance(m, nn.Linear)): ReLU has no weight, and LayerNorm's 1-D "
             "weight has no fan-in and fan-out; Xavier fills a 2-D weight, a bias needs nn.init.zeros_",
         ):
@@ -131,9 +136,13 @@ def check_init_xavier(init_fn: Callable[[nn.Module], object]) -> None:
         "the weights have the right std and stay inside the bound, but they are not uniformly distributed "
         "on [-b, b]: Xavier-uniform is a uniform law, use nn.init.xavier_uniform_",
     )
+    changed = sorted({type(net[int(name[0])]).__name__ for name, value in others.items()
+                      if not torch.equal(net.get_parameter(name), value)}, key=["LayerNorm", "Conv1d", "Embedding"].index)
     expect(
-        bool((net[3].weight == 2.0).all() and (net[3].bias == 0.5).all()),
-        "the LayerNorm changed: initialise linear layers only and leave every other module alone",
+        not changed,
+        f"the {' and the '.join(changed)} changed: initialise linear layers only and leave every other module "
+        "alone. A test such as isinstance(m, (nn.Linear, nn.Conv2d)), or on the weight's number of dimensions, "
+        "reaches other layers too; isinstance(m, nn.Linear) is the test",
     )
 
 
@@ -252,7 +261,8 @@ def check_lazy_optimizer(make_optimizer: Callable[[nn.Module, torch.Tensor], tor
             "weight decay goes to the 1-D parameters and not to the matrices: the condition is upside down "
             "(decay p.dim() >= 2)" if upside_down else
             "no weight matrix gets weight decay. If you chose the groups before the dry run: a lazy layer's "
-            "placeholder parameter reports p.ndim == 1 whatever its final shape. Dry run first, then group",
+            "placeholder parameter reports p.ndim == 1 whatever its final shape. Dry run first, then group. "
+            "Else check your test: a weight matrix has p.dim() == 2, so p.dim() > 2 leaves it out",
         )
     for name, p in matrices:
         expect(

@@ -103,6 +103,18 @@ def check_tied_lm(cls: type[nn.Module]) -> None:
            "logits[b, t] must belong to tokens[b, t]: reversing the batch must reverse the logits, but here the "
            "head's outputs come back in another order. A sequence-first (seq, batch, ...) result needs "
            ".transpose(0, 1), not .view(batch, seq, -1)")
+    # Attention over the batch axis passes the test above (it treats its positions alike): change one sample.
+    changed = tokens.clone()
+    changed[0] = (changed[0] + 1) % vocab
+    with torch.no_grad(), learner_code("calling the model in eval mode on the batch with sample 0's tokens changed",
+                                       "the error is in your forward"):
+        other = model(changed)
+    expect(isinstance(other, torch.Tensor) and other.shape == ahead.shape
+           and torch.allclose(other[1:], ahead[1:], atol=1e-5),
+           "each sample's logits must depend on its own tokens only, but changing sample 0's tokens changed the "
+           "logits of samples 1 and 2. A body that is sequence-first by default (nn.TransformerEncoderLayer, "
+           "nn.MultiheadAttention, nn.GRU, nn.LSTM) reads a (batch, seq, dim) input's batch axis as the sequence: "
+           "build it with batch_first=True")
 
 
 @exercise("Exercise 2 · Count parameters once")
@@ -221,7 +233,7 @@ def check_load_checked(load: Callable[[nn.Module, dict], object]) -> None:
            "existing Parameters (assign=True, or new Parameters, give each name its own tensor)")
 
     # 2. An untied checkpoint into a tied model: ValueError naming both keys, the model untouched.
-    def refuses(target: nn.Module, state: dict, keys: tuple[str, str], what: str) -> None:
+    def refuses(target: nn.Module, state: dict, keys: tuple[str, str], what: str, why: str = "") -> None:
         before = _snapshot(target)
         raised = None
         with learner_code(f"calling load_checked with {what}",
@@ -234,9 +246,9 @@ def check_load_checked(load: Callable[[nn.Module, dict], object]) -> None:
                f"nothing happened with {what}: load it, or raise ValueError when tied names disagree")
         expect(raised is not None,
                f"{what[0].upper()}{what[1:]} was loaded without complaint, and one of the two matrices is now lost. "
-               "Before loading, compare the values of every group of names that share one Parameter; "
-               "note that model.named_parameters() lists a shared Parameter once, under its first name, while "
-               "named_parameters(remove_duplicate=False) lists every owner's name")
+               + (why or "Before loading, compare the values of every group of names that share one Parameter; "
+                  "note that model.named_parameters() lists a shared Parameter once, under its first name, while "
+                  "named_parameters(remove_duplicate=False) lists every owner's name"))
         expect(_holds(target, before),
                "the model was changed before the ValueError: check the checkpoint first, then load; "
                "when it raises, the model must be unchanged")
@@ -272,3 +284,11 @@ def check_load_checked(load: Callable[[nn.Module, dict], object]) -> None:
                           "(torch.equal), not the storage")
     expect(_holds(target, separate) and target.head.weight is target.embed.weight,
            "a tied checkpoint with separately stored, equal entries must be loaded, keeping the tie")
+
+    # 6. Tied entries that differ in one number, by a few millionths of it: still two values, one would be lost.
+    nearly = {k: v.clone() for k, v in separate.items()}
+    nearly["head.weight"][0, 0] *= 1 + 4e-6
+    refuses(_perturbed(_TinyLM(), 8), nearly, ("embed.weight", "head.weight"),
+            "a checkpoint whose tied entries differ in one number, by four millionths of it",
+            "torch.allclose (and isclose) call such values equal, yet loading keeps only one of them: compare "
+            "exactly, with torch.equal")
