@@ -95,7 +95,31 @@ class ReverseLoop(nn.Module):
         return x
 
 
-RIGHT_MOVABLE = [BufferAndSequential, NestedNormaliser, ReverseLoop]
+class RowBuffers(ReverseLoop):
+    """mean and std kept as (1, 4) rows, to broadcast explicitly over the batch: saved, moved, same output."""
+
+    def __init__(self, mean, std, widths):
+        super().__init__(mean.view(1, -1), std.unsqueeze(0), widths)
+
+
+class OutputLayerFirst(nn.Module):
+    """The last layer registered before the hidden ones: registration order is not the order they run in."""
+
+    def __init__(self, mean, std, widths):
+        super().__init__()
+        self.out = nn.Linear(widths[-2], widths[-1])
+        self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-2], widths[1:-1], strict=True))
+        self.register_buffer("mean", mean)
+        self.register_buffer("std", std)
+
+    def forward(self, x):
+        x = (x - self.mean) / self.std
+        for layer in self.hidden:
+            x = torch.relu(layer(x))
+        return self.out(x)
+
+
+RIGHT_MOVABLE = [BufferAndSequential, NestedNormaliser, ReverseLoop, RowBuffers, OutputLayerFirst]
 
 
 # Wrong answers, starting from the notebook's Standardize (the module to fix).
@@ -549,6 +573,10 @@ def counts_repeats(model):
     return sum((4 if p.requires_grad else 1) * p.nbytes for _, p in model.named_parameters(remove_duplicate=False))
 
 
+def counts_per_module(model):  # each module's own parameters: a weight shared by two layers counts twice
+    return sum((4 if p.requires_grad else 1) * p.nbytes for m in model.modules() for p in m.parameters(recurse=False))
+
+
 def counts_buffers(model):
     return by_nbytes(model) + sum(b.nbytes for b in model.buffers())
 
@@ -586,6 +614,8 @@ WRONG_BYTES = [
     (forgets_gradients, "the gradients are missing"),
     (forgets_adam, "Adam's two running averages are missing"),
     (counts_repeats, "a layer used twice holds its parameters once"),
+    (counts_per_module, "for a model whose two layers share one weight: 640 bytes, but one Adam step holds 384"),
+    (counts_per_module, "model.modules() does not, for a shared weight"),
     (counts_buffers, "buffers (such as BatchNorm's running statistics) are not trained"),
     (counts_state_dict, "frozen parameters"),
     (counts_bits, "count bytes, not bits"),

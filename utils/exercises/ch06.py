@@ -252,6 +252,20 @@ def _overrides_to(model: nn.Module) -> bool:
     return any(getattr(type(model), name) is not getattr(nn.Module, name) for name in ("to", "_apply"))
 
 
+def _chained(linears: list[nn.Linear], width: int) -> list[nn.Linear]:
+    """``linears`` in the order they can run from an input of ``width`` features (each one's input width is the
+    previous one's output width), whatever order they were registered in; as registered if no such order."""
+    left, chain = list(linears), []
+    while left:
+        step = next((m for m in left if m.in_features == width), None)
+        if step is None:
+            return linears
+        chain.append(step)
+        left.remove(step)
+        width = step.out_features
+    return chain
+
+
 @_takes_device
 @exercise("Exercise 1 · Make .to() move everything")
 @_own_rng
@@ -323,7 +337,7 @@ def check_movable(cls: type[nn.Module], device: torch.device | str | None = None
         isinstance(y, torch.Tensor) and y.shape == (5, 3),
         f"widths {widths} on a batch of 5 give shape (5, 3); got {getattr(y, 'shape', type(y).__name__)}",
     )
-    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    linears = _chained([m for m in model.modules() if isinstance(m, nn.Linear)], widths[0])
     want_layers = list(zip(widths, widths[1:], strict=False))
     expect(
         [(m.in_features, m.out_features) for m in linears] == want_layers,
@@ -335,9 +349,10 @@ def check_movable(cls: type[nn.Module], device: torch.device | str | None = None
         torch.allclose(y, expected, atol=1e-6),
         "forward must compute (x - mean) / std, then the layers with a ReLU between them (none after the last)",
     )
-    constants = [
-        p for p in model.parameters() if p.shape == mean.shape and (torch.equal(p, mean) or torch.equal(p, std))
-    ]
+    def holds(t: torch.Tensor, values: torch.Tensor) -> bool:  # in any shape: (4,), or (1, 4) to broadcast
+        return t.numel() == values.numel() and torch.equal(t.detach().reshape(-1), values)
+
+    constants = [p for p in model.parameters() if holds(p, mean) or holds(p, std)]
     expect(
         not any(p.requires_grad for p in constants),
         "mean and std are constants: register them as buffers, not nn.Parameter (an optimizer would train them)",
@@ -350,8 +365,7 @@ def check_movable(cls: type[nn.Module], device: torch.device | str | None = None
     )
     saved = model.state_dict().values()
     expect(
-        any(t.shape == mean.shape and torch.equal(t, mean) for t in saved)
-        and any(t.shape == std.shape and torch.equal(t, std) for t in saved),
+        any(holds(t, mean) for t in saved) and any(holds(t, std) for t in saved),
         "mean and std must be saved with the model: register them as persistent buffers (the default, "
         "persistent=True)",
     )
@@ -541,7 +555,8 @@ def _likely_cause(model: nn.Module, parts: dict[str, int], got: int) -> str | No
         ),
         (
             sum((4 if p.requires_grad else 1) * p.numel() * p.element_size() for p in every),
-            "a layer used twice holds its parameters once: model.parameters() already skips the repeat",
+            "a layer used twice holds its parameters once, and a weight shared by two layers is one tensor: "
+            "model.parameters() already skips the repeat (model.modules() does not, for a shared weight)",
         ),
         (want + buffers, "buffers (such as BatchNorm's running statistics) are not trained: do not count them"),
         (want + 4 * buffers, "buffers (such as BatchNorm's running statistics) are not trained: do not count them"),
@@ -564,6 +579,18 @@ class _MixedPrecision(nn.Module):
         return self.second(torch.relu(self.first(x)).float())
 
 
+class _SharedWeight(nn.Module):
+    """Two layers, one weight (as chapter 03 ties an embedding to a head): one tensor, two owners."""
+
+    def __init__(self):
+        super().__init__()
+        self.encode, self.decode = nn.Linear(4, 4), nn.Linear(4, 4)
+        self.decode.weight = self.encode.weight
+
+    def forward(self, x):
+        return self.decode(torch.relu(self.encode(x)))
+
+
 def _cases() -> dict[str, nn.Module]:
     mlp = nn.Sequential(nn.Linear(5, 7), nn.ReLU(), nn.Linear(7, 3))
     frozen = copy.deepcopy(mlp)
@@ -577,6 +604,7 @@ def _cases() -> dict[str, nn.Module]:
         "the MLP in float64": copy.deepcopy(mlp).double(),
         "the MLP in bfloat16": copy.deepcopy(mlp).to(torch.bfloat16),
         "a model that uses one layer twice": tied,
+        "a model whose two layers share one weight": _SharedWeight(),
         "a model with BatchNorm buffers": normed,
         "a model with a float64 and a float32 layer": _MixedPrecision(),
     }
