@@ -181,6 +181,14 @@ def select_scores_loop_on_default_device(scores, labels):
     return out
 
 
+def select_scores_eye_rows(scores, labels):  # CPU identity rows picked with the labels: CPU data, GPU index
+    return (scores * torch.eye(scores.shape[-1])[labels].to(scores)).sum(-1)
+
+
+def select_scores_argmax(scores, labels):  # the best class's index, not the labelled class's score
+    return scores.argmax(-1)
+
+
 SELECT_WRONG = [
     (select_scores_wrong_dim, "gather along dim=2 (or -1)"),
     (select_scores_squeeze_all, "squeeze only the last dim"),
@@ -192,6 +200,8 @@ SELECT_WRONG = [
     (select_scores_unsqueeze_in_place, "do not modify labels in place"),
     (select_scores_best_class, "out[b, n] must be scores[b, n, labels[b, n]]"),
     (select_scores_loop_on_default_device, "create every new tensor on scores.device"),
+    (select_scores_eye_rows, "a tensor on the default device (the CPU) was indexed with a tensor on scores.device"),
+    (select_scores_argmax, "got torch.int64. argmax gives the index of the best class"),
 ]
 
 
@@ -219,10 +229,14 @@ def select_scores_flat_gather(scores, labels):
     return scores.reshape(-1, c).gather(1, labels.reshape(-1, 1)).reshape(labels.shape)
 
 
+def select_scores_in_float64(scores, labels):  # right values; the task fixes no dtype
+    return (scores * F.one_hot(labels, scores.shape[-1]).double()).sum(-1)
+
+
 @pytest.mark.parametrize(
     "answer",
     [select_scores_take_along_dim, select_scores_advanced_indexing, select_scores_one_hot_product,
-     select_scores_flat_gather],
+     select_scores_flat_gather, select_scores_in_float64],
 )
 def test_select_scores_accepts(answer):
     assert_accepted(check_select_scores, answer)
@@ -320,6 +334,16 @@ def segment_mean_empty_rows_on_default_device(values, ids, num_segments):   # to
     return torch.stack(rows)
 
 
+def segment_mean_eye_rows(values, ids, num_segments):  # CPU identity rows picked with GPU ids
+    member = torch.eye(num_segments)[ids].to(values)       # (N, S)
+    return (member.T @ values) / member.sum(0).clamp(min=1).unsqueeze(1)
+
+
+def segment_mean_bincount_no_minlength(values, ids, num_segments):  # counts stop at the largest id present
+    sums = values.new_zeros(num_segments, values.shape[1]).index_add_(0, ids, values)
+    return sums / torch.bincount(ids).clamp(min=1).unsqueeze(1)
+
+
 SEGMENT_WRONG = [
     (segment_mean_wrong_broadcast, "counts.unsqueeze(1) makes them divide the rows"),
     (segment_mean_include_self, "include_self=False"),
@@ -337,6 +361,8 @@ SEGMENT_WRONG = [
     (segment_mean_from_empty, "not torch.empty or new_empty"),
     (segment_mean_on_cpu, "keep the work on values.device"),
     (segment_mean_empty_rows_on_default_device, "create every new tensor on values.device"),
+    (segment_mean_eye_rows, "indexed with a tensor on values.device"),
+    (segment_mean_bincount_no_minlength, "minlength=num_segments"),
 ]
 
 
@@ -497,6 +523,14 @@ def count_tokens_offsets_in_place(tokens, vocab_size):
     return torch.bincount(tokens.flatten(), minlength=b * vocab_size).view(b, vocab_size)
 
 
+def count_tokens_eye_rows(tokens, vocab_size):  # CPU identity rows picked with GPU tokens, moved at the end
+    return torch.eye(vocab_size)[tokens].sum(1).to(tokens)
+
+
+def count_tokens_bincount_rows_no_minlength(tokens, vocab_size):  # rows of different lengths
+    return torch.stack([torch.bincount(row) for row in tokens])
+
+
 COUNT_WRONG = [
     (count_tokens_plus_equals, "is counted once"),
     (count_tokens_scatter, "is counted once"),
@@ -514,6 +548,8 @@ COUNT_WRONG = [
     (count_tokens_bincount_on_cpu, "keep the work on tokens.device"),
     (count_tokens_ones_on_default_device, "Expected all tensors to be on the same device"),
     (count_tokens_offsets_on_default_device, "create every new tensor on tokens.device"),
+    (count_tokens_eye_rows, "indexed with a tensor on tokens.device"),
+    (count_tokens_bincount_rows_no_minlength, "minlength=vocab_size"),
 ]
 
 

@@ -95,6 +95,14 @@ class _SameDevice(TorchFunctionMode):
         called = getattr(func, "__name__", "")
         if called == "tolist" and args and args[0].is_meta:
             raise _NeedsData("tolist")      # Python numbers: a new tensor made from them shows where it lands
+        if called == "__getitem__" and args and args[0].device.type == "cpu" and any(
+                t.device.type != "cpu" for t in _tensors(args[1:])):
+            # data on a GPU may be indexed with CPU indices, but not the other way round
+            raise ExerciseFailed(
+                f"a tensor on the default device (the CPU) was indexed with a tensor on {self.name}.device; on a "
+                "GPU it stops with 'indices should be either on cpu or on the same device as the indexed tensor': "
+                + _device_hint(self.name)
+            )
         if called in _CONVERSIONS:
             checked: list[object] = []
         elif called in _INDEX_WRITES:       # the value must be on the data's device; the index need not be
@@ -308,7 +316,13 @@ def check_select_scores(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     expect(out.shape == (2, 5), f"scores (2, 5, 4) and labels (2, 5) give shape (2, 5); got {_shape(out)}")
     want = torch.tensor([[scores[b, n, labels[b, n]].item() for n in range(5)] for b in range(2)])
     expect(
-        torch.allclose(out.detach(), want),
+        out.is_floating_point(),
+        f"out[b, n] is a score, so the result holds floating-point numbers like scores; got {out.dtype}. "
+        "argmax gives the index of the best class, not the score of the labelled one: gather along dim=2 (or -1) "
+        "with labels.unsqueeze(-1)",
+    )
+    expect(
+        torch.allclose(out.detach().to(want.dtype), want),
         "out[b, n] must be scores[b, n, labels[b, n]]: the class axis is the last one, so gather along "
         "dim=2 (or -1) with labels.unsqueeze(-1), not along dim=1",
     )
@@ -378,7 +392,9 @@ def check_segment_mean(fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Ten
         "calling segment_mean(values, ids, 4) with values (7, 4)",
         "segments are given by the ids, not by position: they need not be contiguous nor of equal size, "
         "so no reshape; index_add_ takes the 1-D ids, scatter_add_/scatter_reduce need them expanded to "
-        "values' shape (ids.unsqueeze(1).expand_as(values))",
+        "values' shape (ids.unsqueeze(1).expand_as(values)); the index must hold integers (.to(values) makes "
+        "floats of them); and torch.bincount counts only up to the largest id present unless given "
+        "minlength=num_segments",
     ):
         out = fn(values, ids, 4)
     _expect_tensor(out)
@@ -476,7 +492,8 @@ def check_count_tokens(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
         "calling count_tokens(tokens, 5) with tokens (6, 4)",
         "count along the vocabulary axis (dim 1); scatter_add_ wants an index and a source of the same shape "
         "and the same dtype as the output (torch.ones_like(tokens)); index_put_ needs one index tensor per "
-        "dimension (rows and tokens)",
+        "dimension (rows and tokens); torch.bincount counts only up to the largest token present unless given "
+        "minlength=vocab_size",
     ):
         out = fn(tokens, 5)
     _expect_tensor(out)
