@@ -289,6 +289,12 @@ def test_half_fourier_rejects(wrong, hint):
     assert hint in message
 
 
+def test_one_too_many_for_an_odd_n_is_not_blamed_on_rfft():
+    """For an odd n, ceil(n / 2) is n // 2 + 1 too, but the answer used fft: no word about rfft then."""
+    _, message = outcome(check_half_fourier, CeilHalf)
+    assert "n // 2 rounds down for odd n" in message and "rfft" not in message
+
+
 # ---------------------------------------------------------------- Exercise 3 · Norm1d
 
 
@@ -503,6 +509,15 @@ class BatchStatisticsInEval(_Norm1d):
         return self.affine((x - mean) / torch.sqrt(var + self.eps))
 
 
+class NoEpsInEval(_Norm1d):
+    """The running statistics in eval mode, but without eps there."""
+
+    def forward(self, x):
+        if not self.training:
+            return self.affine((x - self.running_mean) / self.running_var.sqrt())
+        return super().forward(x)
+
+
 class EpsMadeOnCPU(_Norm1d):
     def forward(self, x):
         if self.training:
@@ -535,7 +550,7 @@ def test_norm1d_accepts(right):
         (NewBuffersOnReset, "replaced ['running_mean', 'running_var'] by new objects"),
         (ResetsOnlyTheAffine, "['running_mean', 'running_var'] still hold leftover values"),
         (NoResetMethod, "define a method reset_parameters()"),
-        (ResetWithoutNoGrad, "in place (fill_, zero_, nn.init.ones_) under torch.no_grad()"),
+        (ResetWithoutNoGrad, "edited in place while autograd records: fill it with nn.init"),
         (EmptyWithoutReset, "call it at the end of __init__"),
         (NormalisesWithUnbiasedVariance, "biased variance"),
         (BiasedRunningVariance, "the variance with correction=1"),
@@ -544,6 +559,7 @@ def test_norm1d_accepts(right):
         (DetachedStatistics, "the gradient with respect to the input is wrong"),
         (DataInForward, "no gradient reached 'weight'"),
         (BatchStatisticsInEval, "not the batch's statistics"),
+        (NoEpsInEval, "with eps inside the square root as in training"),
         (EpsMadeOnCPU, "a tensor made without device= was not where x is"),
     ],
 )

@@ -159,7 +159,9 @@ def check_half_fourier(cls: type[nn.Module]) -> None:
             isinstance(out, torch.Tensor) and out.is_complex(),
             "return the complex coefficients of torch.fft.fft, not their magnitudes or real parts",
         )
-        rfft_hint = " torch.fft.rfft keeps n // 2 + 1 of them, one too many." if out.shape[-1] == n // 2 + 1 else ""
+        # rfft keeps n // 2 + 1 coefficients; for an odd n so does fft(x)[..., :ceil(n / 2)], which is not rfft
+        rfft_hint = (" torch.fft.rfft keeps n // 2 + 1 of them, one too many."
+                     if out.shape[-1] == n // 2 + 1 and n % 2 == 0 else "")
         expect(
             out.shape == want.shape,
             f"an input of shape {shape} must give {tuple(want.shape)} (the first n // 2 = {n // 2} "
@@ -311,7 +313,8 @@ def check_norm1d(cls: type[nn.Module]) -> None:
         ye = mine(xe)
     expect(_shape(ye) == (5, n) and torch.allclose(ye, reference(xe), atol=1e-5),
            "in eval() mode (self.training is False) normalise with running_mean and running_var, not the "
-           "batch's statistics")
+           "batch's statistics, and with eps inside the square root as in training: "
+           "(x - running_mean) / sqrt(running_var + eps)")
     expect(all(torch.equal(t, frozen[name]) for name, t in _norm_tensors(mine).items()),
            "in eval() mode the running statistics must not change")
 
