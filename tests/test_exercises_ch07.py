@@ -78,6 +78,13 @@ def one_hot_comparison(labels, num_classes):
     return (labels.unsqueeze(1) == torch.arange(num_classes, device=labels.device)).float()
 
 
+def one_hot_range_checked_then_moved(labels, num_classes):
+    # The range check needs the values (on meta it cannot run), so the check falls back to its run with the
+    # default device set to meta: there too, building on the default device and moving at the end is refused.
+    assert labels.max() < num_classes
+    return torch.zeros(len(labels), num_classes).scatter_(1, labels.unsqueeze(1), 1.0).to(labels.device)
+
+
 ONE_HOT_WRONG = [
     (one_hot_wrong_dim, "scatter along dim=1"),
     (one_hot_from_max_label, "use num_classes for the width"),
@@ -91,6 +98,7 @@ ONE_HOT_WRONG = [
     (one_hot_with_f_one_hot, "build it with scatter_"),
     (one_hot_eye_rows, "build it with scatter_"),
     (one_hot_comparison, "build it with scatter_"),
+    (one_hot_range_checked_then_moved, "scatter_() got tensors on labels.device and on the default device"),
 ]
 
 
@@ -125,8 +133,15 @@ def one_hot_float64(labels, num_classes):
     return out.scatter_(-1, labels.unsqueeze(-1), 1)
 
 
+def one_hot_range_checked(labels, num_classes):  # checks its input first, as the chapter advises, on the device
+    if (labels >= num_classes).any():
+        raise ValueError("a label is out of range")
+    return torch.zeros(len(labels), num_classes, device=labels.device).scatter_(1, labels.unsqueeze(1), 1.0)
+
+
 @pytest.mark.parametrize(
-    "answer", [one_hot_new_zeros, one_hot_out_of_place_value, one_hot_scatter_add, one_hot_float64]
+    "answer",
+    [one_hot_new_zeros, one_hot_out_of_place_value, one_hot_scatter_add, one_hot_float64, one_hot_range_checked],
 )
 def test_one_hot_accepts(answer):
     assert_accepted(check_one_hot, answer)
@@ -531,6 +546,12 @@ def count_tokens_bincount_rows_no_minlength(tokens, vocab_size):  # rows of diff
     return torch.stack([torch.bincount(row) for row in tokens])
 
 
+def count_tokens_range_checked_then_moved(tokens, vocab_size):  # as one_hot_range_checked_then_moved
+    assert tokens.max() < vocab_size, "token out of range"
+    out = torch.zeros(tokens.shape[0], vocab_size, dtype=torch.long)
+    return out.scatter_add_(1, tokens, torch.ones_like(tokens)).to(tokens.device)
+
+
 COUNT_WRONG = [
     (count_tokens_plus_equals, "is counted once"),
     (count_tokens_scatter, "is counted once"),
@@ -550,6 +571,7 @@ COUNT_WRONG = [
     (count_tokens_offsets_on_default_device, "create every new tensor on tokens.device"),
     (count_tokens_eye_rows, "indexed with a tensor on tokens.device"),
     (count_tokens_bincount_rows_no_minlength, "minlength=vocab_size"),
+    (count_tokens_range_checked_then_moved, "scatter_add_() got tensors on tokens.device and on the default device"),
 ]
 
 

@@ -11,16 +11,18 @@ input's, and the default one (the CPU) where a tensor made without ``device=`` l
 * Inputs on the ``meta`` device (shapes and devices, no data) stand in for inputs on a GPU; the result
   must be on ``meta`` too. Meta kernels do not refuse every mix of devices that CUDA refuses (a
   ``scatter_add_`` with a CPU ``src`` runs), so a function mode refuses them as CUDA does: a call may mix
-  the two devices only through the CPU numbers CUDA accepts (0-dim tensors), index tensors (CUDA moves
-  them to the data) and conversions (``.to``, ``copy_``). Copying the data to the CPU (``.cpu()``,
-  ``.numpy()``) fails on ``meta`` and is refused: a result built from the copy would land on the CPU.
+  the two devices only through the CPU numbers CUDA accepts (0-dim tensors), CPU index tensors (CUDA
+  moves them to the data; a CPU tensor indexed with a GPU index is refused) and conversions (``.to``,
+  ``copy_``). Copying the data to the CPU (``.cpu()``, ``.numpy()``) fails on ``meta`` and is refused: a
+  result built from the copy would land on the CPU.
 * Where an operation has no meta kernel (``torch.bincount``, a boolean mask) or the code needs the values
   (``.item()``, ``.tolist()``), the check falls back to CPU inputs with the *default* device set to
   ``meta`` (``with torch.device("meta")``): a tensor the answer creates without ``device=`` lands on
-  ``meta``, so the result moves, breaks or changes; an answer that takes the device from its input gives
-  the same CPU result as before, and one that calls ``.cpu()`` or ``.numpy()`` is refused. Moving a new
-  tensor onto the input's device (``.to(x.device)``) cannot copy out of ``meta``, but works on a GPU, so
-  it passes.
+  ``meta``, so the result moves, breaks or changes, and the same function mode, with the two devices'
+  roles swapped, refuses a call that mixes it with the inputs. An answer that takes the device from its
+  input gives the same CPU result as before, and one that calls ``.cpu()`` or ``.numpy()`` is refused.
+  Moving a new tensor onto the input's device (``.to(x.device)``) cannot copy out of ``meta``, but works
+  on a GPU, so it passes.
 
 The learner's code runs in torch's deterministic debug mode (``"warn"``, silenced): memory from
 ``torch.empty`` or ``new_empty`` then holds NaN (integers: their largest value) rather than whatever
@@ -83,20 +85,25 @@ def _tensors(obj: object) -> Iterator[torch.Tensor]:
 
 
 class _SameDevice(TorchFunctionMode):
-    """Refuses, as CUDA does, a call that mixes tensors on two devices, apart from CPU numbers (0-dim
-    tensors), index tensors and conversions. Meta kernels let some such mixes through."""
+    """Refuses, as CUDA does, a call that mixes tensors on two devices, apart from numbers on the default
+    device (0-dim tensors), index tensors and conversions. Meta kernels let some such mixes through.
 
-    def __init__(self, name: str) -> None:
+    ``host`` is the device that stands for the default device (the CPU): ``"cpu"`` when the inputs are on
+    meta, ``"meta"`` when they stay on the CPU and the default device is set to meta (see the top)."""
+
+    def __init__(self, name: str, host: str = "cpu") -> None:
         super().__init__()
         self.name = name
+        self.host = host
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         called = getattr(func, "__name__", "")
-        if called == "tolist" and args and args[0].is_meta:
+        host = self.host
+        if called == "tolist" and host == "cpu" and args and args[0].is_meta:
             raise _NeedsData("tolist")      # Python numbers: a new tensor made from them shows where it lands
-        if called == "__getitem__" and args and args[0].device.type == "cpu" and any(
-                t.device.type != "cpu" for t in _tensors(args[1:])):
+        if called == "__getitem__" and args and args[0].device.type == host and any(
+                t.device.type != host for t in _tensors(args[1:])):
             # data on a GPU may be indexed with CPU indices, but not the other way round
             raise ExerciseFailed(
                 f"a tensor on the default device (the CPU) was indexed with a tensor on {self.name}.device; on a "
@@ -111,7 +118,7 @@ class _SameDevice(TorchFunctionMode):
             checked = [args[0] if args else None, value] if any(True for _ in _tensors(index)) else []
         else:
             checked = [args, kwargs]
-        devices = {t.device for t in _tensors(checked) if t.dim() > 0 or t.device.type != "cpu"}
+        devices = {t.device for t in _tensors(checked) if t.dim() > 0 or t.device.type != host}
         if len(devices) > 1:
             raise ExerciseFailed(
                 f"{called}() got tensors on {self.name}.device and on the default device (the CPU); on a GPU it "
@@ -233,7 +240,7 @@ def _expect_on_input_device(name: str, fn: Callable, args: tuple, out: torch.Ten
         return
     with learner_code(f"calling {WITH_META_DEFAULT}", _device_hint(name)):
         try:
-            with torch.device("meta"), _Calls() as calls:
+            with torch.device("meta"), _Calls() as calls, _SameDevice(name, host="meta"):
                 under_meta = fn(*args)
         except NotImplementedError as err:
             if "copy out of meta" not in str(err):
