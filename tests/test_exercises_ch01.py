@@ -150,6 +150,11 @@ class ReturnsTuple(_Pair):
         return self.net1(x), self.net2(x)
 
 
+class CastToDouble(_Pair):
+    def forward(self, x):
+        return torch.cat([self.net1(x), self.net2(x)], dim=1).double()
+
+
 PARALLEL_WRONG = {
     Serial: "that is net2(net1(x)), a chain",
     Added: "the two outputs were added",
@@ -170,6 +175,7 @@ PARALLEL_WRONG = {
     NotAModule: "Parallel must subclass nn.Module",
     NoSuperInit: "calls super().__init__()",
     ReturnsTuple: "forward must return one tensor, got tuple",
+    CastToDouble: "turned the nets' torch.float32 outputs into torch.float64",
 }
 
 

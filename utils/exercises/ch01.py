@@ -78,6 +78,7 @@ def check_parallel(cls: type[nn.Module]) -> None:
         y = block(x)
     expect(isinstance(y, torch.Tensor), f"forward must return one tensor, got {type(y).__name__}")
     expect(y.shape == (3, 8), _parallel_shape_hint(y, x, net1, net2))
+    expect(y.dtype == x.dtype, f"the block turned the nets' {x.dtype} outputs into {y.dtype}: return them as they are")
     with torch.no_grad():
         a, b = net1(x), net2(x)
     if torch.allclose(y[:, :4], b) and torch.allclose(y[:, 4:], a):
