@@ -91,6 +91,16 @@ class Detached(_Pair):
         return torch.cat([self.net1(x).detach(), self.net2(x).detach()], dim=1)
 
 
+class DetachedInput(_Pair):  # the nets still learn, but nothing flows back to the layers before the block
+    def forward(self, x):
+        return torch.cat([self.net1(x), self.net2(x.detach())], dim=1)
+
+
+class CatWithoutList(_Pair):
+    def forward(self, x):
+        return torch.cat(self.net1(x), self.net2(x))
+
+
 class DataInForward(_Pair):
     def forward(self, x):
         return torch.cat([self.net1(x), self.net2(x).data], dim=1)
@@ -168,6 +178,8 @@ PARALLEL_WRONG = {
     MisspeltForward: "check the spelling of `def forward(self, ...)`",
     Detached: "the output does not require grad",
     DataInForward: "gradients must reach both nets' weights and biases",
+    DetachedInput: "the gradient must flow back to x through both nets",
+    CatWithoutList: "not torch.cat(a, b)",
     DeepCopies: "not copies, so that training the block trains them",
     PreallocatedOnDefaultDevice: "unless you pass device=x.device",
     MovedToCpu: "unless you pass device=x.device",

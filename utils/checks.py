@@ -49,6 +49,9 @@ _KNOWN_CAUSES = (
     ("Boolean value of Tensor with more than one value is ambiguous",
      "`if` (or `and`, `or`, `not`) on a tensor of several values: `a == b` and `a != b` compare element by "
      "element. Compare whole tensors with torch.equal(a, b), or reduce first: (a != b).any()"),
+    ("must be tuple of Tensors, not Tensor",
+     "torch.cat and torch.stack take the tensors as one list or tuple: torch.cat([a, b], dim=1), not "
+     "torch.cat(a, b)"),
     ("Expected more than 1 value per channel when training",
      "a batch norm layer in training mode needs more than one sample to compute a batch's statistics: run "
      "the network on the whole example batch"),

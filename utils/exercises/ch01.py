@@ -130,6 +130,20 @@ def check_parallel(cls: type[nn.Module]) -> None:
         missing="gradients must reach both nets' weights and biases: do not .detach() the branch outputs or use .data",
     )
 
+    # ... and on into the input, through both branches: layers before the block learn from both nets.
+    x_in = x.clone().requires_grad_()
+    with learner_code(called):
+        y_in = block(x_in)
+    with learner_code("backpropagating through your block's output"):
+        y_in.sum().backward()
+    with torch.no_grad():
+        through_both = (net1.weight.sum(0) + net2.weight.sum(0)).expand_as(x)   # d(sum of outputs)/dx
+    expect(
+        x_in.grad is not None and torch.allclose(x_in.grad, through_both),
+        "the gradient must flow back to x through both nets, so that layers before the block learn: feed x "
+        "itself to each net, not x.detach() or x.data",
+    )
+
     # The output lands on the input's device (meta tensors have no values: this costs nothing).
     meta1, meta2 = nn.Linear(4, 4, device="meta"), nn.Linear(4, 5, device="meta")
     with learner_code(built):
