@@ -477,6 +477,24 @@ class OneNumberPerRow(Noise):
         return x + self.sigma * noise if self.training else x
 
 
+class OwnCpuGenerator(Noise):
+    """Reproducible noise from a generator of its own: a CPU one, which a GPU input cannot use."""
+
+    def __init__(self, sigma):
+        super().__init__(sigma)
+        self.generator = torch.Generator().manual_seed(0)
+
+    def forward(self, x):
+        if not self.training:
+            return x
+        return x + self.sigma * torch.randn(x.shape, generator=self.generator, device=x.device, dtype=x.dtype)
+
+
+class OwnCpuGeneratorInPlace(OwnCpuGenerator):
+    def forward(self, x):
+        return x + torch.empty_like(x).normal_(0, self.sigma, generator=self.generator) if self.training else x
+
+
 WRONG_NOISE = [
     (NoiseOnDefaultDevice, "created inside forward without device=x.device"),
     (NormalOnDefaultDevice, "created inside forward without device=x.device"),
@@ -493,6 +511,8 @@ WRONG_NOISE = [
     (SeededEveryCall, "fresh noise on every call"),
     (AddsInPlace, "forward changed its input"),
     (NoiseOnCuda, "hard-coded device such as .cuda()"),
+    (OwnCpuGenerator, "a generator of its own, which lives on the cpu device"),
+    (OwnCpuGeneratorInPlace, "a generator of its own, which lives on the cpu device"),
 ]
 
 

@@ -408,6 +408,23 @@ def check_movable(cls: type[nn.Module], device: torch.device | str | None = None
 
 # --- Exercise 2 ------------------------------------------------------------------------------------
 
+class _GeneratorDevices(torch.overrides.TorchFunctionMode):
+    """Records the devices of the generators that random draws are given (``generator=``), so that a
+    generator on another device than the input is found on a CPU-only machine too: ``meta`` accepts any
+    generator, and a GPU would refuse a CPU one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.devices: list[torch.device] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        generator = kwargs.get("generator")
+        if isinstance(generator, torch.Generator):
+            self.devices.append(generator.device)
+        return func(*args, **kwargs)
+
+
 def _ks_to_normal(sample: torch.Tensor, std: float) -> float:
     """Kolmogorov-Smirnov distance between ``sample / std`` and the standard normal distribution."""
     z = (sample.double().flatten() / std).sort().values
@@ -424,7 +441,7 @@ def check_noise(cls: type[nn.Module], device: torch.device | str | None = None) 
     """``cls(sigma)``: in training mode add ``sigma`` times standard normal noise; in eval mode, identity.
 
     The noise is fresh on every call, independent for every element, and created on the input's device
-    with its dtype; the input itself is not modified. ``device`` (default: the CPU) is where the answer
+    with its dtype, from that device's own generator; the input itself is not modified. ``device`` (default: the CPU) is where the answer
     is also run.
     """
     with _calling("building cls(0.5)", "the constructor takes sigma and calls super().__init__() first"):
@@ -483,8 +500,10 @@ def check_noise(cls: type[nn.Module], device: torch.device | str | None = None) 
     )
     layer.train()
 
+    generators = _GeneratorDevices()
     try:
-        on_meta = layer(torch.zeros(3, 4, device=META))
+        with generators:
+            on_meta = layer(torch.zeros(3, 4, device=META))
     except Exception as err:
         if isinstance(err, NotImplementedError) or _CUDA.search(str(err)):
             with _calling("calling the layer on a meta input", "create the noise with torch.randn_like(x)"):
@@ -494,6 +513,13 @@ def check_noise(cls: type[nn.Module], device: torch.device | str | None = None) 
         isinstance(on_meta, torch.Tensor) and on_meta.device == META and on_meta.shape == (3, 4),
         "the output must be on the input's device: create the noise there (torch.randn_like(x), or "
         "device=x.device; a .to(...) whose result is not kept changes nothing)",
+    )
+    own = generators.devices[0].type if generators.devices else ""
+    expect(
+        not own,
+        f"the noise is drawn with a generator of its own, which lives on the {own} device: "
+        "an input on another device (a GPU) cannot use it, and torch refuses the draw. Leave out "
+        "generator=...; the input's device has its own generator, seeded by torch.manual_seed",
     )
     for dtype in (torch.bfloat16, torch.float64):
         with _calling(f"calling the layer on a {dtype} input", "create the noise with x's dtype"):
