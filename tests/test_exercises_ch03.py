@@ -485,7 +485,41 @@ def load_checked_if_tensors_differ(model, state_dict):  # `if a != b` on whole t
     model.load_state_dict(state_dict)
 
 
-@pytest.mark.parametrize("right", [load_checked_keep_vars, load_checked_modules, load_checked_pairwise])
+def load_checked_last_pair(model, state_dict):  # a tie seen as a pair: a third name overwrites the second
+    first, pairs = {}, {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            pairs[first[id(p)]] = name
+        else:
+            first[id(p)] = name
+    for a, b in pairs.items():
+        if not torch.equal(state_dict[a], state_dict[b]):
+            raise ValueError(f"{a} and {b} differ")
+    model.load_state_dict(state_dict)
+
+
+def load_checked_first_two(model, state_dict):  # compares the first two names of each group only
+    groups = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(p), []).append(name)
+    for names in groups.values():
+        if len(names) > 1 and not torch.equal(state_dict[names[0]], state_dict[names[1]]):
+            raise ValueError(f"{names[0]} and {names[1]} differ")
+    model.load_state_dict(state_dict)
+
+
+def load_checked_chain(model, state_dict):  # each name against the one before it
+    last = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in last and not torch.equal(state_dict[last[id(p)]], state_dict[name]):
+            raise ValueError(f"{last[id(p)]} and {name} share one Parameter but differ in the checkpoint")
+        last[id(p)] = name
+    model.load_state_dict(state_dict)
+
+
+@pytest.mark.parametrize(
+    "right", [load_checked_keep_vars, load_checked_modules, load_checked_pairwise, load_checked_chain]
+)
 def test_load_checked_accepts(right):
     assert outcome(check_load_checked, right) == ("passed", "")
 
@@ -506,6 +540,8 @@ def test_load_checked_accepts(right):
         (load_checked_assign, "the model lost its tie"),
         (load_checked_allclose, "torch.allclose (and isclose) call such values equal"),
         (load_checked_if_tensors_differ, "Compare whole tensors with torch.equal(a, b)"),
+        (load_checked_last_pair, "A Parameter can have more than two names"),
+        (load_checked_first_two, "A Parameter can have more than two names"),
     ],
 )
 def test_load_checked_rejects(wrong, hint):

@@ -214,6 +214,9 @@ def check_load_checked(load: Callable[[nn.Module, dict], object]) -> None:
         shared = nn.Sequential(layer, nn.ReLU(), layer)
         shared_file = {"0.weight": torch.randn(3, 3), "0.bias": torch.randn(3),
                        "2.weight": torch.randn(3, 3), "2.bias": torch.randn(3)}
+        thrice = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
+        thrice.extend([thrice[0], nn.ReLU(), thrice[0]])       # one Linear under the names 0, 2 and 4
+        thrice_file = {k: v + 0.5 for k, v in thrice.state_dict().items()}   # tied, and new to the model
 
     id_hint = ("find the names that share one Parameter by identity, e.g. group "
                "model.named_parameters(remove_duplicate=False) by id(p)")
@@ -233,7 +236,7 @@ def check_load_checked(load: Callable[[nn.Module, dict], object]) -> None:
            "existing Parameters (assign=True, or new Parameters, give each name its own tensor)")
 
     # 2. An untied checkpoint into a tied model: ValueError naming both keys, the model untouched.
-    def refuses(target: nn.Module, state: dict, keys: tuple[str, str], what: str, why: str = "") -> None:
+    def refuses(target: nn.Module, state: dict, keys: tuple[str, ...], what: str, why: str = "") -> None:
         before = _snapshot(target)
         raised = None
         with learner_code(f"calling load_checked with {what}",
@@ -253,7 +256,7 @@ def check_load_checked(load: Callable[[nn.Module, dict], object]) -> None:
                "the model was changed before the ValueError: check the checkpoint first, then load; "
                "when it raises, the model must be unchanged")
         expect(all(k in str(raised) for k in keys),
-               f"the ValueError must name the keys that disagree ({keys[0]}, {keys[1]}); got: {raised}")
+               f"the ValueError must name the keys that disagree ({', '.join(keys)}); got: {raised}")
 
     refuses(_perturbed(_TinyLM(), 5), untied, ("embed.weight", "head.weight"), "an untied checkpoint for a tied model")
 
@@ -292,3 +295,11 @@ def check_load_checked(load: Callable[[nn.Module, dict], object]) -> None:
             "a checkpoint whose tied entries differ in one number, by four millionths of it",
             "torch.allclose (and isclose) call such values equal, yet loading keeps only one of them: compare "
             "exactly, with torch.equal")
+
+    # 7. One Parameter under three names: any one of them may be the odd one out.
+    for odd in ("2.weight", "4.weight"):
+        state = {k: v.clone() for k, v in thrice_file.items()}
+        state[odd] += 1
+        refuses(thrice, state, (odd,), f"a checkpoint where {odd}, one of three names of one weight, differs",
+                "A Parameter can have more than two names: compare every name of a group with the first, not "
+                "just one pair (a dict from one name to the next keeps only the last pair)")

@@ -441,8 +441,8 @@ def check_noise(cls: type[nn.Module], device: torch.device | str | None = None) 
     """``cls(sigma)``: in training mode add ``sigma`` times standard normal noise; in eval mode, identity.
 
     The noise is fresh on every call, independent for every element, and created on the input's device
-    with its dtype, from that device's own generator; the input itself is not modified. ``device`` (default: the CPU) is where the answer
-    is also run.
+    with its dtype, from that device's own generator; the input itself is not modified. ``device`` (default:
+    the CPU) is where the answer is also run.
     """
     with _calling("building cls(0.5)", "the constructor takes sigma and calls super().__init__() first"):
         layer = cls(0.5)
