@@ -92,6 +92,19 @@ def same_if_nothing(state_dict, prefix="module."):
     return {k.removeprefix(prefix): v for k, v in state_dict.items()}
 
 
+def first_part_only(state_dict, prefix="module."):  # tests the key's first part, not the whole prefix
+    return {(k[len(prefix):] if k.split(".")[0] + "." == prefix else k): v for k, v in state_dict.items()}
+
+
+def part_by_part(state_dict, prefix="module."):  # strips each part of the prefix on its own
+    out = {}
+    for k, v in state_dict.items():
+        for part in prefix.split(".")[:-1]:
+            k = k.removeprefix(part + ".")
+        out[k] = v
+    return out
+
+
 STRIP_WRONG = {
     with_replace: "the key 'module.submodule.weight' became 'subweight'",
     with_lstrip: "the key 'module.encoder.weight' became 'ncoder.weight'",
@@ -110,6 +123,10 @@ STRIP_WRONG = {
     split_first_dot: "the key 'backbone.body.conv.weight' became 'body.conv.weight'; expected 'conv.weight': a "
                      "prefix can have several parts",
     same_if_nothing: "return a new dict, also when no key starts with the prefix",
+    first_part_only: "kept its prefix; expected 'conv.weight': a prefix can have several parts, so test "
+                     "key.startswith(prefix)",
+    part_by_part: "the key 'backbone.head.bias' became 'head.bias'; expected 'backbone.head.bias': it starts "
+                  "with the prefix's first part only",
 }
 
 
@@ -268,6 +285,28 @@ def save_step_as_tensor(path, model, optimizer, step):
                 "rng": torch.get_rng_state()}, path)
 
 
+def load_with_assign(path, model, optimizer):  # the model gets new Parameters; the optimizer keeps the old
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    model.load_state_dict(checkpoint["model"], assign=True)
+    return _restore(checkpoint, model, optimizer, parts=("optimizer", "rng"))
+
+
+def save_safetensors(path, model, optimizer, step):  # named tensors only
+    from safetensors.torch import save_file
+
+    save_file({**model.state_dict(), "step": torch.tensor(step), "rng": torch.get_rng_state()}, str(path))
+
+
+def load_safetensors(path, model, optimizer):
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(path))
+    torch.set_rng_state(tensors.pop("rng"))
+    step = int(tensors.pop("step"))
+    model.load_state_dict(tensors)
+    return step
+
+
 RESUME_WRONG = [
     (save_state, load_without_rng, "torch's random state is not restored"),
     (save_state, reseed_instead, "torch's random state is not restored"),
@@ -284,6 +323,8 @@ RESUME_WRONG = [
     (save_whole_objects, load_whole_objects, "holds a pickled object (torch.save(model)"),
     (save_nothing, load_state, "must write the file at path"),
     (save_step_as_tensor, load_state, "the int 3, not a tensor holding it (got tensor(3))"),
+    (save_state, load_with_assign, "load replaced the model's Parameters with new tensors"),
+    (save_safetensors, load_safetensors, "the file is a safetensors file"),
 ]
 
 

@@ -249,17 +249,28 @@ def load_checkpoint(path: str | os.PathLike[str], *, map_location: MapLocation =
 _REFUSED = re.compile(r"was not an allowed global|is blocked|must be \S+ to load")
 
 
-def _refuse_other_formats(source: Path) -> None:
-    """Name the formats that are not a ``torch.save`` zip archive, before the zip check calls them broken."""
+def other_format(source: Path) -> str | None:
+    """``"safetensors"`` or ``"legacy"`` (the pre-1.6 ``torch.save`` format) when the file at ``source`` is
+    one of them, judged by its first bytes; ``None`` otherwise. Chapter 05's check uses it too."""
     with open(source, "rb") as file:
         head = file.read(16)
     size = source.stat().st_size
     if len(head) >= 9 and head[8:9] == b"{" and 0 < struct.unpack("<Q", head[:8])[0] <= size - 8:
+        return "safetensors"  # an 8-byte header length, then the JSON header
+    if head[:1] == b"\x80":  # a bare pickle stream (protocol 2+), as the legacy format begins
+        return "legacy"
+    return None
+
+
+def _refuse_other_formats(source: Path) -> None:
+    """Name the formats that are not a ``torch.save`` zip archive, before the zip check calls them broken."""
+    found = other_format(source)
+    if found == "safetensors":
         raise CheckpointError(
             f"{source} is a safetensors file, not a torch.save checkpoint: load it with "
             "safetensors.torch.load_file(path)"
         )
-    if head[:1] == b"\x80":  # a bare pickle stream (protocol 2+), as the legacy format begins
+    if found == "legacy":
         raise CheckpointError(
             f"{source} is in the legacy torch.save format (PyTorch before 1.6, or "
             "_use_new_zipfile_serialization=False), which load_checkpoint does not read: it cannot verify "

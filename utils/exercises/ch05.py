@@ -18,6 +18,7 @@ from unittest import mock
 import torch
 from torch import nn
 
+from utils.checkpoint import other_format
 from utils.checks import exercise, expect, keeps_global_rng, learner_code
 
 __all__ = ["check_resume", "check_strip_prefix"]
@@ -52,8 +53,12 @@ def _key_hint(given: OrderedDict, out: dict, want: list[str], prefix: str, named
     """
     got = list(out)
     owner = {id(v): k for k, v in out.items()}
-    # A prefix other than the default, passed as an argument: a hard-coded 'module.' is a likely cause.
-    argument = ". Use the prefix argument rather than a hard-coded 'module.'" if named and prefix != "module." else ""
+    # A prefix other than the default, passed as an argument, and the result a hard-coded 'module.' gives.
+    # (A prefix of several parts is checked after '_orig_mod.', which a hard-coded answer does not pass.)
+    parts = prefix.count(".") > 1
+    hard_coded = sorted(k.removeprefix("module.") for k in given)
+    argument = (". Use the prefix argument rather than a hard-coded 'module.'"
+                if named and prefix != "module." and not parts and sorted(got) == hard_coded else "")
     for i, ((before, value), expected) in enumerate(zip(given.items(), want, strict=True)):
         after = owner.get(id(value), got[i] if len(got) == len(given) else None)
         if after == expected:
@@ -62,8 +67,14 @@ def _key_hint(given: OrderedDict, out: dict, want: list[str], prefix: str, named
             return (f"with prefix={prefix!r}, the key {before!r} is missing from the result (expected "
                     f"{expected!r}): keep every key, and a key without the prefix stays as it is{argument}")
         if after == before:
-            return f"with prefix={prefix!r}, the key {before!r} kept its prefix; expected {expected!r}{argument}"
-        if prefix.count(".") > 1 and before.startswith(prefix) and after == before.split(".", 1)[1]:
+            several = ": a prefix can have several parts, so test key.startswith(prefix), not the key's first part"
+            return (f"with prefix={prefix!r}, the key {before!r} kept its prefix; expected "
+                    f"{expected!r}{several if parts else ''}{argument}")
+        if parts and not before.startswith(prefix) and after == before.split(".", 1)[1]:
+            return (f"with prefix={prefix!r}, the key {before!r} became {after!r}; expected {expected!r}: it "
+                    "starts with the prefix's first part only, so it does not start with the prefix and stays as "
+                    "it is. Remove the prefix only from keys that start with all of it")
+        if parts and before.startswith(prefix) and after == before.split(".", 1)[1]:
             return (f"with prefix={prefix!r}, the key {before!r} became {after!r}; expected {expected!r}: a "
                     "prefix can have several parts, so remove all of it (len(prefix) characters), not the text "
                     "up to the first '.'")
@@ -246,20 +257,32 @@ def check_resume(save: Callable[..., object], load: Callable[..., int]) -> None:
         expect(path.is_file(), "save(path, model, optimizer, step) must write the file at path")
         try:
             torch.load(path, map_location="cpu", weights_only=True)
-        except pickle.UnpicklingError:
-            expect(False, "the checkpoint must load with torch.load(path, weights_only=True), and it holds a "
-                          "pickled object (torch.save(model) or torch.save(optimizer) pickle whole objects): "
-                          "store state dicts, tensors and numbers")
-        except Exception as err:  # a file torch.load cannot read at all means the same to a learner
+        except Exception as err:
+            expect(other_format(path) != "safetensors",
+                   "the file is a safetensors file, which holds named tensors only: not the optimizer's state "
+                   "with its settings, the step or the random state. Write one dict of them all with torch.save "
+                   "(or save_checkpoint)")
+            expect(not isinstance(err, pickle.UnpicklingError),
+                   "the checkpoint must load with torch.load(path, weights_only=True), and it holds a pickled "
+                   "object (torch.save(model) or torch.save(optimizer) pickle whole objects): store state dicts, "
+                   "tensors and numbers")
+            # a file torch.load cannot read at all means the same to a learner
             expect(False, f"torch.load(path, weights_only=True) cannot read the file ({type(err).__name__}): "
                           "write it with torch.save (or save_checkpoint)")
 
         torch.manual_seed(1234)  # a new process: other initial weights, another random stream
         resumed = _model()
         opt2 = torch.optim.Adam(resumed.parameters(), lr=0.05)
+        params = list(resumed.parameters())
         with learner_code("calling load_training_state(path, model, optimizer) on that file", _LOAD_HINT):
             step = load(path, resumed, opt2)
         _expect_restored(step, 3, resumed, opt2, at_3)
+        expect(
+            all(a is b for a, b in zip(resumed.parameters(), params, strict=True)),
+            "load replaced the model's Parameters with new tensors (load_state_dict(..., assign=True) does "
+            "that), so the optimizer you were given still holds the old ones and would train those instead: load "
+            "without assign=True, which copies the saved values into the Parameters the optimizer holds",
+        )
         _train(resumed, opt2, x, y, 3)
         expect(
             all(torch.equal(a, b) for a, b in zip(resumed.parameters(), straight.parameters(), strict=True)),
