@@ -144,9 +144,9 @@ def test_check_torch_version_arguments():
 
 #: Everything ``fake_gpus`` patches (those on ``torch._C`` may not exist outside the block).
 PATCHED = [
-    (torch.accelerator, ("is_available", "current_accelerator", "device_count", "synchronize")),
+    (torch.accelerator, ("is_available", "current_accelerator", "device_count", "synchronize", "current_stream")),
     (torch.cuda, ("is_available", "device_count", "synchronize", "_exchange_device", "_maybe_exchange_device",
-                  "set_device", "current_device")),
+                  "set_device", "current_device", "current_stream", "default_stream")),
     (torch._C, ("_accelerator_exchangeDevice", "_accelerator_maybeExchangeDevice", "_accelerator_setDeviceIndex",
                 "_accelerator_getDeviceIndex")),
 ]
@@ -200,6 +200,23 @@ def test_fake_gpus_have_a_current_device_that_a_bare_synchronize_waits_for():
     with fake_gpus(0):
         with pytest.raises(RuntimeError, match="no cuda device"):
             torch.cuda.current_device()
+
+
+def test_fake_gpus_streams_wait_for_their_device():
+    with fake_gpus(2) as gpus:
+        gpus.launch(0, 0.010)
+        gpus.launch(1, 0.030)
+        stream = torch.cuda.current_stream(1)
+        assert stream.device == torch.device("cuda", 1) and not stream.query()
+        stream.synchronize()
+        assert gpus.clock() == pytest.approx(0.030) and stream.query()
+        torch.cuda.default_stream().synchronize()  # no argument: the current device, 0
+        torch.accelerator.current_stream("cuda:1").synchronize()
+        assert gpus.synced == [torch.device("cuda", 1), torch.device("cuda", 0), torch.device("cuda", 1)]
+        with pytest.raises(ValueError):
+            torch.cuda.current_stream("cpu")  # torch's own parsing refuses the CPU
+        with pytest.raises(RuntimeError, match="invalid device ordinal 2"):
+            torch.cuda.current_stream(2)
 
 
 def test_fake_gpus_arguments():

@@ -118,9 +118,27 @@ def right_accelerator_device_index(fn, devices, clock=time.perf_counter):
     return warm_then_time(fn, wait, clock)
 
 
+def right_current_streams(fn, devices, clock=time.perf_counter):
+    def wait():  # fn's work goes to each device's current stream
+        for d in cuda_devices(devices):
+            torch.cuda.current_stream(d).synchronize()
+
+    return warm_then_time(fn, wait, clock)
+
+
+def right_accelerator_streams(fn, devices, clock=time.perf_counter):
+    def wait():
+        for d in devices:
+            if d.type != "cpu":
+                torch.accelerator.current_stream(d).synchronize()
+
+    return warm_then_time(fn, wait, clock)
+
+
 @pytest.mark.parametrize("answer", [right_cuda_loops, right_with_measure, right_every_visible_gpu,
                                     right_accelerator_api_median, right_average_of_ten, right_device_context,
-                                    right_set_device, right_accelerator_device_index])
+                                    right_set_device, right_accelerator_device_index, right_current_streams,
+                                    right_accelerator_streams])
 def test_fixed_timer_accepts(answer):
     assert outcome(check_fixed_timer, answer) == ("passed", "")
 
@@ -281,6 +299,18 @@ def bare_sync_always(fn, devices, clock=time.perf_counter):
     return clock() - start
 
 
+def current_stream_only(fn, devices, clock=time.perf_counter):
+    return warm_then_time(fn, lambda: torch.cuda.current_stream().synchronize(), clock)
+
+
+def streams_of_every_device(fn, devices, clock=time.perf_counter):  # the CPU has no CUDA stream
+    def wait():
+        for d in devices:
+            torch.cuda.current_stream(d).synchronize()
+
+    return warm_then_time(fn, wait, clock)
+
+
 @pytest.mark.parametrize(
     ("wrong", "hint"),
     [
@@ -305,6 +335,8 @@ def bare_sync_always(fn, devices, clock=time.perf_counter):
         (returns_the_timing, "a Timing: return its .median"),
         (sums_three_calls, "return the time of one call (divide by the number of calls you timed)"),
         (bare_sync_always, "on a machine without a GPU"),
+        (current_stream_only, "after fn it waited for cuda:0 only"),
+        (streams_of_every_device, "skip the CPU"),
     ],
 )
 def test_fixed_timer_rejects(wrong, hint):

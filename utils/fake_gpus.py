@@ -7,7 +7,8 @@ time), and by the test suite (device helpers, the doctor, the timing helpers).
 
 Inside ``with fake_gpus(2) as gpus:`` PyTorch reports two CUDA devices (``torch.accelerator`` and
 ``torch.cuda`` agree), and ``torch.cuda.synchronize`` / ``torch.accelerator.synchronize`` wait on the
-fake devices instead of real ones. The machine has a current device, as a real one does:
+fake devices instead of real ones, and so does ``synchronize()`` on a device's ``current_stream`` or
+``default_stream`` (one work queue per device). The machine has a current device, as a real one does:
 ``torch.cuda.device(d)``, ``torch.cuda.set_device(d)`` and their ``torch.accelerator`` twins
 (``device_index``, ``set_device_index``) select it, ``current_device()`` reads it, and a
 ``synchronize()`` without a device waits for it. Work is modelled the way a GPU runs it: :meth:`FakeGPUs.launch`
@@ -104,6 +105,29 @@ class FakeGPUs:
         self.synced.append(torch.device(self.kind, index))
         self.now = max(self.now, self.busy_until[index])
 
+    def stream(self, index: int) -> _FakeStream:
+        """Stand-in for ``current_stream(d)`` and ``default_stream(d)``: each device has one queue here."""
+        if not 0 <= index < self.count:
+            raise RuntimeError(f"invalid device ordinal {index}: {self.count} fake {self.kind} device(s)")
+        return _FakeStream(self, index)
+
+
+class _FakeStream:
+    """A fake device's one work queue: ``synchronize()`` waits for it as :meth:`FakeGPUs.sync` does."""
+
+    def __init__(self, gpus: FakeGPUs, index: int) -> None:
+        self._gpus, self.device_index = gpus, index
+
+    @property
+    def device(self) -> torch.device:
+        return self._gpus.device(self.device_index)
+
+    def synchronize(self) -> None:
+        self._gpus.sync(self.device_index)
+
+    def query(self) -> bool:
+        return self._gpus.idle(self.device_index)
+
 
 @contextlib.contextmanager
 def fake_gpus(count: int = 2, kind: str = "cuda") -> Iterator[FakeGPUs]:
@@ -124,9 +148,13 @@ def fake_gpus(count: int = 2, kind: str = "cuda") -> Iterator[FakeGPUs]:
         mock.patch.object(torch._C, "_accelerator_maybeExchangeDevice", gpus.exchange, create=True),
         mock.patch.object(torch._C, "_accelerator_setDeviceIndex", gpus.exchange, create=True),
         mock.patch.object(torch._C, "_accelerator_getDeviceIndex", gpus.current_index, create=True),
+        mock.patch.object(torch.accelerator, "current_stream", lambda device=None, /: gpus.stream(
+            torch.accelerator._get_device_index(device, optional=True))),
     ]
     if kind == "cuda":
         patches += [
+            mock.patch.object(torch.cuda, "current_stream", lambda device=None: gpus.stream(_cuda_index(device, True))),
+            mock.patch.object(torch.cuda, "default_stream", lambda device=None: gpus.stream(_cuda_index(device, True))),
             mock.patch.object(torch.cuda, "_exchange_device", gpus.exchange),
             mock.patch.object(torch.cuda, "_maybe_exchange_device", gpus.exchange),
             mock.patch.object(torch.cuda, "set_device", lambda device: gpus.exchange(_cuda_index(device))),
@@ -138,8 +166,9 @@ def fake_gpus(count: int = 2, kind: str = "cuda") -> Iterator[FakeGPUs]:
         yield gpus
 
 
-def _cuda_index(device) -> int:
-    return torch.cuda._get_device_index(device)  # torch's own parsing (refuses the CPU), looked up when called
+def _cuda_index(device, optional: bool = False) -> int:
+    # torch's own parsing (refuses the CPU; optional: None is the current device), looked up when called
+    return torch.cuda._get_device_index(device, optional=optional)
 
 
 def _no_cuda(device=None) -> None:
