@@ -160,6 +160,20 @@ class ReturnsTuple(_Pair):
         return self.net1(x), self.net2(x)
 
 
+class PreallocatedWithoutDtype(_Pair):
+    def forward(self, x):
+        a, b = self.net1(x), self.net2(x)
+        out = torch.zeros(x.shape[0], a.shape[1] + b.shape[1], device=x.device)  # float32, whatever the nets
+        out[:, : a.shape[1]] = a
+        out[:, a.shape[1] :] = b
+        return out
+
+
+class CastToFloat(_Pair):
+    def forward(self, x):
+        return torch.cat([self.net1(x), self.net2(x)], dim=1).float()
+
+
 class CastToDouble(_Pair):
     def forward(self, x):
         return torch.cat([self.net1(x), self.net2(x)], dim=1).double()
@@ -188,6 +202,8 @@ PARALLEL_WRONG = {
     NoSuperInit: "calls super().__init__()",
     ReturnsTuple: "forward must return one tensor, got tuple",
     CastToDouble: "turned the nets' torch.float32 outputs into torch.float64",
+    PreallocatedWithoutDtype: "float64 nets gave a float32 output",
+    CastToFloat: "float64 nets gave a float32 output",
 }
 
 
@@ -345,6 +361,33 @@ class CopyInForwardRouter(_ModuleDictRouter):  # right values, but the gradients
         return copy.deepcopy(self.heads[task])(x)
 
 
+_DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # a learner's module-level device
+
+
+class HeadsMovedInInit(nn.Module):
+    def __init__(self, heads):
+        super().__init__()
+        self.heads = nn.ModuleDict(heads).to(_DEVICE)
+
+    def forward(self, x, task):
+        return self.heads[task](x)
+
+
+class BatchMovedInForward(_ModuleDictRouter):
+    def forward(self, x, task):
+        return self.heads[task](x.to(_DEVICE))
+
+
+class GetOnModuleDict(_ModuleDictRouter):
+    def forward(self, x, task):
+        return self.heads.get(task)(x)
+
+
+class AttributeOfModuleDict(_ModuleDictRouter):
+    def forward(self, x, task):
+        return self.heads.task(x)
+
+
 ROUTER_WRONG = {
     PlainDictRouter: "a plain dict hides it",
     AlwaysFirstHead: "router(x, 'label') must return heads['label'](x)",
@@ -360,6 +403,10 @@ ROUTER_WRONG = {
     NoGradRouter: "does not require grad, so no gradient reaches the heads",
     DataRouter: "does not require grad, so no gradient reaches the heads",
     CopyInForwardRouter: "gradients must reach every parameter of heads['label']",
+    HeadsMovedInInit: "the router must not pick a device",
+    BatchMovedInForward: "the router must not pick a device",
+    GetOnModuleDict: "it has no .get()",
+    AttributeOfModuleDict: "heads.task looks for a module named 'task'",
 }
 
 

@@ -52,6 +52,9 @@ _KNOWN_CAUSES = (
     ("must be tuple of Tensors, not Tensor",
      "torch.cat and torch.stack take the tensors as one list or tuple: torch.cat([a, b], dim=1), not "
      "torch.cat(a, b)"),
+    ("'ModuleDict' object has no attribute",
+     "an nn.ModuleDict is read by key, heads[name] (also `in`, keys(), items(), values()); it has no .get(), "
+     "and heads.task looks for a module named 'task', not for the value of the variable task"),
     ("Expected more than 1 value per channel when training",
      "a batch norm layer in training mode needs more than one sample to compute a batch's statistics: run "
      "the network on the whole example batch"),

@@ -144,20 +144,27 @@ def check_parallel(cls: type[nn.Module]) -> None:
         "itself to each net, not x.detach() or x.data",
     )
 
-    # The output lands on the input's device (meta tensors have no values: this costs nothing).
-    meta1, meta2 = nn.Linear(4, 4, device="meta"), nn.Linear(4, 5, device="meta")
+    # The output lands on the input's device, with the nets' dtype (meta tensors have no values: this costs
+    # nothing; float64 nets show a buffer made with the default dtype).
+    meta1, meta2 = (nn.Linear(4, n, device="meta", dtype=torch.float64) for n in (4, 5))
     with learner_code(built):
         on_meta = cls(meta1, meta2)
     with learner_code(
-        f"{called} whose nets and x live on the 'meta' device",
+        f"{called} whose float64 nets and x live on the 'meta' device",
         "a tensor created inside forward (torch.zeros, torch.empty, torch.tensor) lands on the default device "
         "unless you pass device=x.device; torch.cat of the outputs needs no new tensor",
     ):
-        m = on_meta(torch.empty(3, 4, device="meta"))
+        m = on_meta(torch.empty(3, 4, device="meta", dtype=torch.float64))
     expect(
         isinstance(m, torch.Tensor) and m.device.type == "meta" and m.shape == (3, 9),
         "with nets and input on one device, the output must be on that device too, shape (3, 9): create "
         "nothing on the default device inside forward",
+    )
+    expect(
+        m.dtype == torch.float64,
+        f"float64 nets gave a {str(m.dtype).removeprefix('torch.')} output: a tensor created inside forward gets "
+        "the default dtype (float32) unless you pass dtype=x.dtype as well; torch.cat of the outputs needs no "
+        "new tensor",
     )
 
 
@@ -241,6 +248,19 @@ def check_router(cls: type[nn.Module]) -> None:
     with learner_code("calling router(x, 'label') on a float64 batch after .to(torch.float64)", hint_call):
         out = router(x.double(), "label")
     expect(_same(out, heads["label"](x.double())), "after .to(torch.float64), router(x, 'label') must still work")
+
+    # Heads and batch on another device ('meta' stands in for a GPU): the router follows them.
+    placed = ("the router must not pick a device: keep the heads where they are given and use x as it comes "
+              "(no .to(device), .cuda() or .cpu() inside the router); the caller moves it with router.to(device)")
+    meta_heads = {task: nn.Linear(6, width, device="meta") for task, (width, _) in _HEADS.items()}
+    with learner_code(f"{built} with heads on the 'meta' device", placed):
+        on_meta = cls(meta_heads)
+    with learner_code("calling router(x, 'box') with heads and x on the 'meta' device", placed):
+        m = on_meta(torch.empty(5, 6, device="meta"), "box")
+    expect(
+        isinstance(m, torch.Tensor) and m.device.type == "meta" and m.shape == (5, 4),
+        f"with the heads and x on one device, the output must be there too, shape (5, 4): {placed}",
+    )
 
 
 # ---------------------------------------------------------------- Exercise 3
