@@ -123,6 +123,21 @@ def edited_without_no_grad(m):  # the chapter's bound, written into the weight w
         m.bias.zero_()
 
 
+def xavier_class_name_test(m):  # the DCGAN tutorial's test on the class's name
+    if m.__class__.__name__.find("Linear") != -1:
+        nn.init.xavier_uniform_(m.weight)
+        nn.init.zeros_(m.bias)
+
+
+def xavier_frozen_to_edit(m):  # requires_grad turned off to get past the in-place error
+    if isinstance(m, nn.Linear):
+        b = math.sqrt(6 / (m.in_features + m.out_features))
+        m.weight.requires_grad = False
+        m.weight.uniform_(-b, b)
+        m.bias.requires_grad = False
+        m.bias.zero_()
+
+
 XAVIER_WRONG = [
     (xavier_type_test, "isinstance(m, nn.Linear), not type(m) == nn.Linear"),
     (xavier_ignores_the_bias, "(an nn.Linear, 300→200) still has non-zero biases: set them with nn.init.zeros_"),
@@ -141,6 +156,8 @@ XAVIER_WRONG = [
     (linear_and_conv, "the Conv1d changed: initialise linear layers only"),
     (any_two_dim_weight, "the Embedding changed: initialise linear layers only"),
     (edited_without_no_grad, "inside `with torch.no_grad():`"),
+    (xavier_class_name_test, "not type(m) == nn.Linear or its class name"),
+    (xavier_frozen_to_edit, "layer 0's weight no longer requires grad, so it would never train"),
 ]
 
 
@@ -310,8 +327,53 @@ def lazy_xavier(net, example_input):
     return net
 
 
+def lazy_test_on_lazy_linear(net, example_input):  # after the dry run no LazyLinear is left
+    net(example_input)
+    for m in net.modules():
+        if isinstance(m, nn.LazyLinear):
+            _kaiming(m)
+    return net
+
+
+def lazy_by_dimension(net, example_input):  # a 1-D parameter is not always a bias
+    net(example_input)
+    for p in net.parameters():
+        if p.dim() > 1:
+            nn.init.kaiming_normal_(p, nonlinearity="relu")
+        else:
+            nn.init.zeros_(p)
+    return net
+
+
+def lazy_dummy_with_the_dtype(net, example_input):  # the dtype right, the device the default one
+    net(torch.randn(1, example_input.shape[1], dtype=example_input.dtype))
+    net.apply(_kaiming)
+    return net
+
+
+def lazy_inference_mode(net, example_input):
+    with torch.inference_mode():
+        net(example_input)
+    net.apply(_kaiming)
+    return net
+
+
+def lazy_frozen_to_edit(net, example_input):
+    net(example_input)
+    for m in net.modules():
+        if isinstance(m, nn.Linear):
+            m.weight.requires_grad_(False).normal_(0, math.sqrt(2 / m.in_features))
+            m.bias.requires_grad_(False).zero_()
+    return net
+
+
 LAZY_WRONG = [
-    (lazy_init_before_dry_run_type_test, "your init never ran. A type(m) == nn.Linear test skips a LazyLinear"),
+    (lazy_init_before_dry_run_type_test, "your init never ran. Dry run first, then test isinstance(m, nn.Linear)"),
+    (lazy_test_on_lazy_linear, "a test on nn.LazyLinear finds none"),
+    (lazy_by_dimension, "the LayerNorm changed: initialise the linear layers only"),
+    (lazy_dummy_with_the_dtype, "a tensor made for it (torch.randn, torch.ones) lands on the default device"),
+    (lazy_inference_mode, "layer 0's weight is an inference tensor"),
+    (lazy_frozen_to_edit, "layer 0's weight no longer requires grad"),
     (lazy_init_before_dry_run, "run net(example_input) once, with the example itself"),
     (lazy_no_dry_run, "still uninitialized"),
     (lazy_fan_out, "That is sqrt(2 / fan_out): use mode='fan_in'"),
@@ -467,6 +529,17 @@ def optimizer_one_row_dry_run(net, example_input):  # batch norm cannot train on
     return torch.optim.SGD(_groups(net.parameters()), lr=0.1)
 
 
+def optimizer_float32_cpu_dummy(net, example_input):  # neither the example's dtype nor its device
+    net(torch.randn(2, example_input.shape[1]))
+    return torch.optim.SGD(_groups(net.parameters()), lr=0.1)
+
+
+def optimizer_inference_mode(net, example_input):
+    with torch.inference_mode():
+        net(example_input)
+    return torch.optim.SGD(_groups(net.parameters()), lr=0.1)
+
+
 OPTIMIZER_WRONG = [
     (optimizer_before_dry_run, "placeholder parameter reports p.ndim == 1"),
     (optimizer_without_dry_run, "still uninitialized"),
@@ -482,6 +555,8 @@ OPTIMIZER_WRONG = [
     (optimizer_wrong_decay, "must get weight_decay=0.0001, it gets 0.01"),
     (optimizer_matrices_off_by_one, "p.dim() > 2 leaves it out"),
     (optimizer_one_row_dry_run, "run the network on the whole example batch"),
+    (optimizer_float32_cpu_dummy, "a tensor made for it (torch.randn, torch.ones) lands on the default device"),
+    (optimizer_inference_mode, "layer 0's weight is an inference tensor"),
 ]
 
 

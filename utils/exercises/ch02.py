@@ -3,8 +3,11 @@
 Each check builds its own small, seeded network on the CPU and leaves the global random generator as it
 found it. One layer (or the example input) is float64, a stand-in for "another device": an answer that
 assigns a freshly made tensor keeps neither the layer's dtype nor its device, and float64 shows it on
-any machine. Distributions are checked by their family (a Kolmogorov–Smirnov distance to the uniform
-or normal law), not only by their std.
+any machine. Exercises 2 and 3 also run the answer on a network and an example on ``meta`` (no data, no
+cost), where a dry run on a tensor made with the default device fails as it would on a GPU. Every
+initialised parameter must still be trainable (requires grad, not an inference tensor). Distributions
+are checked by their family (a Kolmogorov–Smirnov distance to the uniform or normal law), not only by
+their std.
 """
 
 from __future__ import annotations
@@ -20,8 +23,34 @@ from utils.checks import exercise, expect, learner_code
 __all__ = ["check_init_xavier", "check_initialize_lazy", "check_lazy_optimizer"]
 
 
-class _TaggedLinear(nn.Linear):
-    """A subclass of nn.Linear, like the ``out_proj`` inside ``nn.MultiheadAttention``."""
+class _Projection(nn.Linear):
+    """A subclass of nn.Linear, like the ``out_proj`` inside ``nn.MultiheadAttention`` (whose class is
+    ``NonDynamicallyQuantizableLinear``): its name does not say "Linear", so a test on the name misses it."""
+
+
+def _expect_trainable(layers: dict[int, nn.Module]) -> None:
+    """Every parameter of these layers still requires grad, and none is an inference tensor."""
+    for i, layer in layers.items():
+        for name, p in layer.named_parameters():
+            expect(
+                not p.is_inference(),
+                f"layer {i}'s {name} is an inference tensor, which autograd can never train: the dry run ran "
+                "under torch.inference_mode(), so the lazy layer made its parameters there. Run it plainly or "
+                "under torch.no_grad()",
+            )
+            expect(
+                p.requires_grad,
+                f"layer {i}'s {name} no longer requires grad, so it would never train: leave requires_grad as "
+                "it is. To fill a parameter in place, use nn.init (it turns gradient recording off by itself) "
+                "or make the edit inside `with torch.no_grad():`",
+            )
+
+
+#: Where Exercises 2 and 3 also run the answer: a network and an example on 'meta' (a stand-in for a GPU).
+_ELSEWHERE = (
+    "run the dry run on example_input itself: a tensor made for it (torch.randn, torch.ones) lands on the "
+    "default device, the CPU, while the network may be on a GPU"
+)
 
 
 def _std_matches(weight: torch.Tensor, std: float) -> bool:
@@ -66,7 +95,7 @@ def check_init_xavier(init_fn: Callable[[nn.Module], object]) -> None:
         # net.apply only visits the modules: the last two (not linear, with weights of 3 and 2 dimensions)
         # never run, they are there to be left alone
         net = nn.Sequential(
-            nn.Linear(300, 200), nn.ReLU(), _TaggedLinear(200, 150), nn.LayerNorm(150),
+            nn.Linear(300, 200), nn.ReLU(), _Projection(200, 150), nn.LayerNorm(150),
             nn.Linear(150, 100, dtype=torch.float64), nn.Conv1d(4, 4, 3), nn.Embedding(10, 8),
         )
         with torch.no_grad():
@@ -85,6 +114,7 @@ def check_init_xavier(init_fn: Callable[[nn.Module], object]) -> None:
         ):
             net.apply(init_fn)
     linears = [net[0], net[2], net[4]]
+    _expect_trainable(dict(zip((0, 2, 4), linears, strict=True)))
     for i, layer in zip((0, 2, 4), linears, strict=True):
         kind = "a subclass of nn.Linear" if type(layer) is not nn.Linear else "an nn.Linear"
         what = f"layer {i} ({kind}, {layer.in_features}→{layer.out_features}"
@@ -116,7 +146,8 @@ def check_init_xavier(init_fn: Callable[[nn.Module], object]) -> None:
         expect(
             bool((layer.bias == 0).all()),
             f"{what}) still has non-zero biases"
-            + (": test the layer with isinstance(m, nn.Linear), not type(m) == nn.Linear" if i == 2 else
+            + (": test the layer with isinstance(m, nn.Linear), not type(m) == nn.Linear or its class name "
+               "(a subclass need not have 'Linear' in its name)" if i == 2 else
                ": set them with nn.init.zeros_(m.bias)"),
         )
         std = _xavier_std(layer)
@@ -160,11 +191,16 @@ def check_initialize_lazy(initialize: Callable[[nn.Module, torch.Tensor], nn.Mod
     f64 = {"dtype": torch.float64}
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        net = nn.Sequential(nn.LazyLinear(256, **f64), nn.ReLU(), nn.LazyLinear(128, **f64), nn.ReLU(),
-                            nn.LazyLinear(10, **f64))
+        # A LayerNorm (not lazy, with a scale and shift of its own) is there to be left alone.
+        net = nn.Sequential(nn.LazyLinear(256, **f64), nn.LayerNorm(256, **f64), nn.ReLU(),
+                            nn.LazyLinear(128, **f64), nn.ReLU(), nn.LazyLinear(10, **f64))
+        with torch.no_grad():
+            net[1].weight.fill_(2.0)
+            net[1].bias.fill_(0.5)
         example = torch.rand(4, 300, **f64)
         with learner_code(
-            "initialize_lazy(net, example_input) on a network of LazyLinear layers (float64, like its input)",
+            "initialize_lazy(net, example_input) on a network of LazyLinear layers and a LayerNorm (float64, like "
+            "its input)",
             "a lazy layer's weight has no shape until the network has seen an input: run net(example_input) "
             "once, with the example itself (its width, dtype and device), before any nn.init call",
         ):
@@ -174,8 +210,9 @@ def check_initialize_lazy(initialize: Callable[[nn.Module, torch.Tensor], nn.Mod
         not any(isinstance(p, nn.parameter.UninitializedParameter) for p in net.parameters()),
         "some parameters are still uninitialized: call net(example_input) once to infer the shapes",
     )
-    layers = [net[0], net[2], net[4]]
-    for i, layer, n_in, n_out in ((0, layers[0], 300, 256), (2, layers[1], 256, 128), (4, layers[2], 128, 10)):
+    layers = [net[0], net[3], net[5]]
+    _expect_trainable(dict(zip((0, 3, 5), layers, strict=True)))
+    for i, layer, n_in, n_out in ((0, layers[0], 300, 256), (3, layers[1], 256, 128), (5, layers[2], 128, 10)):
         expect(
             layer.weight.shape == (n_out, n_in),
             f"layer {i} must have weight shape {(n_out, n_in)}, it has {tuple(layer.weight.shape)}: run the "
@@ -193,7 +230,9 @@ def check_initialize_lazy(initialize: Callable[[nn.Module, torch.Tensor], nn.Mod
         looks_default = math.isclose(got, default_std, rel_tol=0.05)
         if looks_default and layer.weight.abs().max().item() <= math.sqrt(3) * default_std * (1 + 1e-6):
             why = (f" That is nn.Linear's default, 1/sqrt(3 fan_in) = {default_std:.4f}: your init never "
-                   "ran. A type(m) == nn.Linear test skips a LazyLinear before the dry run")
+                   "ran. Dry run first, then test isinstance(m, nn.Linear): after the dry run each LazyLinear "
+                   "has become an nn.Linear (a test on nn.LazyLinear finds none), and before it "
+                   "type(m) == nn.Linear skips a LazyLinear")
         elif looks_default:
             why = (f" That std, 1/sqrt(3 fan_in) = {default_std:.4f}, is what a=sqrt(5) gives (nn.Linear's own "
                    "slope, gain sqrt(1/3)): for ReLU use nonlinearity='relu' (slope a=0)")
@@ -213,6 +252,18 @@ def check_initialize_lazy(initialize: Callable[[nn.Module, torch.Tensor], nn.Mod
         "the weights have the right std but are not normally distributed: Kaiming *normal* is asked for, "
         "use nn.init.kaiming_normal_, not kaiming_uniform_",
     )
+    expect(
+        torch.equal(net[1].weight, torch.full_like(net[1].weight, 2.0))
+        and torch.equal(net[1].bias, torch.full_like(net[1].bias, 0.5)),
+        "the LayerNorm changed: initialise the linear layers only (isinstance(m, nn.Linear)). A test on "
+        "p.dim() reaches a normalisation layer's 1-D scale and shift too",
+    )
+    # The same on 'meta', a stand-in for a GPU: the dry run must use the example where it is.
+    meta = nn.Sequential(nn.LazyLinear(8, device="meta"), nn.ReLU(), nn.LazyLinear(2, device="meta"))
+    with learner_code("initialize_lazy(net, example_input) with the network and the example on the 'meta' device",
+                      _ELSEWHERE):
+        initialize(meta, torch.empty(4, 5, device="meta"))
+    expect(meta[0].weight.shape == (8, 5), f"on the 'meta' device, the dry run did not run: {_ELSEWHERE}")
 
 
 # ---------------------------------------------------------------- Exercise 3
@@ -241,6 +292,7 @@ def check_lazy_optimizer(make_optimizer: Callable[[nn.Module, torch.Tensor], tor
         not any(isinstance(p, nn.parameter.UninitializedParameter) for p in net.parameters()),
         "the network's parameters are still uninitialized: call net(example_input) once (the dry run)",
     )
+    _expect_trainable(dict(enumerate(net)))
     expect(all(g["lr"] == 0.1 for g in opt.param_groups), "use lr=0.1 for every group")
     held = [p for g in opt.param_groups for p in g["params"]]
     named = list(net.named_parameters())
@@ -276,3 +328,8 @@ def check_lazy_optimizer(make_optimizer: Callable[[nn.Module, torch.Tensor], tor
             f"{decay[id(p)]}. Put every parameter with p.dim() < 2 in a group without decay (a test on the "
             "name, such as 'bias' in name, misses a norm layer's 1-D weight)",
         )
+    meta = nn.Sequential(nn.LazyLinear(8, device="meta"), nn.LazyBatchNorm1d(device="meta"))
+    with learner_code("lazy_optimizer(net, example_input) with the network and the example on the 'meta' device",
+                      _ELSEWHERE):
+        make_optimizer(meta, torch.empty(4, 5, device="meta"))
+    expect(meta[0].weight.shape == (8, 5), f"on the 'meta' device, the dry run did not run: {_ELSEWHERE}")
