@@ -127,7 +127,38 @@ class CastsToFloat32(_Reference):
         return x.float() @ self.weight().float().T + self.bias.float()
 
 
-@pytest.mark.parametrize("right", [WeightNormNormalize, WeightNormVectorNorm, WeightNormEinsum])
+class WeightNormNumberTensor(_WeightNormBase):
+    """A 0-dim tensor made on the CPU: torch.maximum refuses a Python number, and GPU kernels accept it."""
+
+    def forward(self, x):
+        length = torch.maximum(self.direction.norm(dim=1, keepdim=True), torch.tensor(1e-12))
+        return x @ (self.scale[:, None] * self.direction / length).T + self.bias
+
+
+class EpsAsPlainAttribute(_Reference):
+    """A tensor kept as a plain attribute: .to() leaves it where it was made."""
+
+    def __init__(self, in_features, out_features):
+        super().__init__(in_features, out_features)
+        self.eps = torch.full((out_features, 1), 1e-12)
+
+    def weight(self):
+        return self.scale[:, None] * self.direction / (self.direction.norm(dim=1, keepdim=True) + self.eps)
+
+
+class FlattensToRows(_Reference):
+    """Any number of leading dimensions, except none."""
+
+    def forward(self, x):
+        return F.linear(x.flatten(0, -2), self.weight(), self.bias).unflatten(0, x.shape[:-1])
+
+
+class NormWithoutKeepdim(_Reference):
+    def weight(self):
+        return self.scale[:, None] * self.direction / self.direction.norm(dim=1)
+
+
+@pytest.mark.parametrize("right", [WeightNormNormalize, WeightNormVectorNorm, WeightNormEinsum, WeightNormNumberTensor])
 def test_weight_norm_accepts(right):
     assert outcome(check_weight_norm_linear, right) == ("passed", "")
 
@@ -147,6 +178,9 @@ def test_weight_norm_accepts(right):
         (MisspelledForward, "check the spelling of `def forward"),
         (EpsMadeOnCPU, "a tensor made without device= was not where x is"),
         (CastsToFloat32, "a float64 input must give a float64 output"),
+        (EpsAsPlainAttribute, "a tensor kept as a plain attribute (self.eps = torch.full(...)) stays where it was"),
+        (FlattensToRows, "calling your layer on one input of shape (5,), without a batch dimension raised"),
+        (NormWithoutKeepdim, "without keepdim they are (out,) and divide the columns"),
     ],
 )
 def test_weight_norm_rejects(wrong, hint):
@@ -533,7 +567,33 @@ def test_the_base_of_the_wrong_answers_is_right():
     assert outcome(check_norm1d, _Norm1d) == ("passed", "")
 
 
-@pytest.mark.parametrize("right", [Norm1dFromBatchNorm, Norm1dFunctional, Norm1dByHand])
+class Norm1dEpsAsTensor(Norm1dByHand):
+    """eps as a 0-dim tensor made without device=: a number, which GPU kernels take from the CPU."""
+
+    def forward(self, x):
+        if not self.training:
+            return super().forward(x)
+        var, mean = torch.var_mean(x, dim=0, correction=0)
+        with torch.no_grad():
+            n = x.shape[0]
+            self.running_mean.lerp_(mean, self.momentum)
+            self.running_var.lerp_(var * n / (n - 1), self.momentum)
+        return (x - mean) / torch.sqrt(var + torch.tensor(self.eps)) * self.weight + self.bias
+
+
+class StatisticsWithKeepdim(Norm1dByHand):
+    def forward(self, x):
+        if not self.training:
+            return super().forward(x)
+        mean, var = x.mean(0, keepdim=True), x.var(0, correction=0, keepdim=True)
+        with torch.no_grad():
+            n = x.shape[0]
+            self.running_mean.lerp_(mean, self.momentum)
+            self.running_var.lerp_(var * n / (n - 1), self.momentum)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+@pytest.mark.parametrize("right", [Norm1dFromBatchNorm, Norm1dFunctional, Norm1dByHand, Norm1dEpsAsTensor])
 def test_norm1d_accepts(right):
     assert outcome(check_norm1d, right) == ("passed", "")
 
@@ -561,6 +621,7 @@ def test_norm1d_accepts(right):
         (BatchStatisticsInEval, "not the batch's statistics"),
         (NoEpsInEval, "with eps inside the square root as in training"),
         (EpsMadeOnCPU, "a tensor made without device= was not where x is"),
+        (StatisticsWithKeepdim, "keepdim=True gives (1, num_features)"),
     ],
 )
 def test_norm1d_rejects(wrong, hint):

@@ -87,6 +87,33 @@ def keeps_global_rng(check: F) -> F:
     return run  # type: ignore[return-value]
 
 
+@contextlib.contextmanager
+def default_device_elsewhere(device: str = "meta") -> Iterator[None]:
+    """Run the block with ``device`` as the default device, to show code that ignores its input's device.
+
+    Inputs stay on the CPU: a tensor the learner's code makes without ``device=`` lands on ``device`` and
+    meets the CPU inputs, as on a GPU machine a tensor made on the CPU meets GPU inputs. One exception
+    keeps the roles faithful: a number (a 0-dim tensor such as ``torch.tensor(eps)``) made without
+    ``device=`` stays on the CPU, because GPU kernels accept CPU numbers. Used by chapters 04 and 07.
+    """
+    import torch
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._pytree import tree_leaves
+
+    class _NumbersOnTheCpu(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            made = func(*args, **kwargs)
+            if (isinstance(made, torch.Tensor) and made.dim() == 0 and made.device.type == device
+                    and "device" not in kwargs
+                    and not any(isinstance(leaf, torch.Tensor) for leaf in tree_leaves((args, kwargs)))):
+                return func(*args, **kwargs, device="cpu")
+            return made
+
+    with torch.device(device), _NumbersOnTheCpu():
+        yield
+
+
 def _is_stub(err: BaseException) -> bool:
     return isinstance(err, NotImplementedError) and str(err) == STUB_MESSAGE
 

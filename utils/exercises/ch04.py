@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from utils.checks import exercise, expect, learner_code
+from utils.checks import default_device_elsewhere, exercise, expect, learner_code
 
 __all__ = ["check_half_fourier", "check_norm1d", "check_weight_norm_linear"]
 
@@ -20,13 +20,26 @@ _ANY_DEVICE = (
 )
 
 
+_WN_SHAPES = (
+    "the error is in your forward. If it is about sizes: direction is (out, in); its row norms, "
+    "direction.norm(dim=1, keepdim=True), are (out, 1), one per row (without keepdim they are (out,) and "
+    "divide the columns); scale[:, None] is (out, 1) too; and y = x @ W.T needs W.T, of shape (in, out)"
+)
+_NORM_SHAPES = (
+    "the error is in your forward. If it is about sizes: the batch statistics x.mean(dim=0) and "
+    "x.var(dim=0, correction=0) have shape (num_features,), like running_mean, running_var, weight and bias "
+    "(keepdim=True gives (1, num_features), which an in-place update of a (num_features,) buffer refuses)"
+)
+
+
 def _elsewhere(run: Callable[[], object]) -> object:
     """Run ``run()`` with another default device: a tensor it creates without ``device=`` lands there.
 
     The ``meta`` device serves as that other device: it allocates nothing, and the CPU tensors of the
-    learner's layer keep running on the CPU's own kernels.
+    learner's layer keep running on the CPU's own kernels. A number (0-dim) stays on the CPU, as a GPU
+    machine's kernels accept it.
     """
-    with torch.device("meta"):
+    with default_device_elsewhere("meta"):
         return run()
 
 
@@ -55,7 +68,7 @@ def check_weight_norm_linear(cls: type[nn.Module]) -> None:
         layer = cls(5, 3)
     expect(isinstance(layer, nn.Module), "WeightNormLinear must subclass nn.Module")
     x = _randn(4, 5, seed=4)
-    with learner_code("calling your layer on a (4, 5) input", "the error is in your forward"):
+    with learner_code("calling your layer on a (4, 5) input", _WN_SHAPES):
         layer(x)  # an unfinished answer stops here, with NotImplementedError
     shapes = {name: tuple(p.shape) for name, p in layer.named_parameters()}
     wanted = {"direction": (3, 5), "scale": (3,), "bias": (3,)}
@@ -86,6 +99,12 @@ def check_weight_norm_linear(cls: type[nn.Module]) -> None:
         y3 = layer(_randn(2, 6, 5, seed=5))
     expect(_shape(y3) == (2, 6, 3), f"leading dimensions must pass through: an input of shape (2, 6, 5) gives "
                                     f"(2, 6, 3); got {_shape(y3)}")
+    with learner_code("calling your layer on one input of shape (5,), without a batch dimension",
+                      "x @ W.T + bias works for any number of leading dimensions, none included: do not flatten "
+                      "or index them"):
+        y1 = layer(x[0])
+    expect(_shape(y1) == (3,), f"with no leading dimension, an input of shape (5,) gives (3,), as nn.Linear does; "
+                               f"got {_shape(y1)}")
     with torch.no_grad():
         layer.direction.mul_(3.0)
     with learner_code("calling your layer after scaling direction by 3", "the error is in your forward"):
@@ -132,6 +151,14 @@ def check_weight_norm_linear(cls: type[nn.Module]) -> None:
     expect(
         isinstance(y_here, torch.Tensor) and y_here.device == x.device and torch.allclose(y_here, expected, atol=1e-5),
         f"the output must be on the input's device, with the same values, whatever the default device: {_ANY_DEVICE}",
+    )
+    moved_hint = ("a tensor kept as a plain attribute (self.eps = torch.full(...)) stays where it was made when the "
+                  "layer moves: register it as a buffer (self.register_buffer(...)), or use a Python number")
+    with learner_code("moving your layer with .to('meta') and calling it on an input there", moved_hint):
+        y_meta = copy.deepcopy(layer).to("meta")(torch.empty(4, 5, device="meta"))
+    expect(
+        isinstance(y_meta, torch.Tensor) and y_meta.is_meta and y_meta.shape == (4, 3),
+        f"after .to(device), an input on that device must give an output there, shape (4, 3): {moved_hint}",
     )
 
 
@@ -280,7 +307,7 @@ def check_norm1d(cls: type[nn.Module]) -> None:
     for step in range(3):
         xb = _randn(8, n, seed=20 + step) * 3 + 1
         leaf = xb.clone().requires_grad_(True)
-        with learner_code("calling your layer in training mode on an (8, 4) batch", "the error is in your forward"):
+        with learner_code("calling your layer in training mode on an (8, 4) batch", _NORM_SHAPES):
             y = mine(leaf)
         leaf_ref = xb.clone().requires_grad_(True)
         y_ref = reference(leaf_ref)
@@ -309,7 +336,7 @@ def check_norm1d(cls: type[nn.Module]) -> None:
     reference.eval()
     frozen = {name: t.clone() for name, t in _norm_tensors(mine).items()}
     xe = _randn(5, n, seed=40) * 2
-    with learner_code("calling your layer in eval() mode on a (5, 4) batch", "the error is in your forward"):
+    with learner_code("calling your layer in eval() mode on a (5, 4) batch", _NORM_SHAPES):
         ye = mine(xe)
     expect(_shape(ye) == (5, n) and torch.allclose(ye, reference(xe), atol=1e-5),
            "in eval() mode (self.training is False) normalise with running_mean and running_var, not the "
