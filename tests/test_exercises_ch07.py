@@ -204,6 +204,10 @@ def select_scores_argmax(scores, labels):  # the best class's index, not the lab
     return scores.argmax(-1)
 
 
+def select_scores_one_hot_from_labels(scores, labels):  # as wide as the largest label present, not C
+    return (scores * F.one_hot(labels)).sum(-1)
+
+
 SELECT_WRONG = [
     (select_scores_wrong_dim, "gather along dim=2 (or -1)"),
     (select_scores_squeeze_all, "squeeze only the last dim"),
@@ -217,6 +221,7 @@ SELECT_WRONG = [
     (select_scores_loop_on_default_device, "create every new tensor on scores.device"),
     (select_scores_eye_rows, "a tensor on the default device (the CPU) was indexed with a tensor on scores.device"),
     (select_scores_argmax, "got torch.int64. argmax gives the index of the best class"),
+    (select_scores_one_hot_from_labels, "F.one_hot(labels) is only labels.max() + 1 wide"),
 ]
 
 
@@ -359,6 +364,18 @@ def segment_mean_bincount_no_minlength(values, ids, num_segments):  # counts sto
     return sums / torch.bincount(ids).clamp(min=1).unsqueeze(1)
 
 
+def segment_mean_rows_of_values(values, ids, num_segments):  # as many rows as values has, at most
+    out = torch.zeros_like(values[:num_segments])
+    index = ids.unsqueeze(1).expand_as(values)
+    return out.scatter_reduce(0, index, values, "mean", include_self=False)
+
+
+def segment_mean_float32_counts(values, ids, num_segments):  # counts made from float32 ones
+    sums = values.new_zeros(num_segments, values.shape[1]).index_add_(0, ids, values)
+    counts = values.new_zeros(num_segments).index_add_(0, ids, torch.ones(len(ids), device=values.device))
+    return sums / counts.clamp(min=1).unsqueeze(1)
+
+
 SEGMENT_WRONG = [
     (segment_mean_wrong_broadcast, "counts.unsqueeze(1) makes them divide the rows"),
     (segment_mean_include_self, "include_self=False"),
@@ -378,6 +395,8 @@ SEGMENT_WRONG = [
     (segment_mean_empty_rows_on_default_device, "create every new tensor on values.device"),
     (segment_mean_eye_rows, "indexed with a tensor on values.device"),
     (segment_mean_bincount_no_minlength, "minlength=num_segments"),
+    (segment_mean_rows_of_values, "(there may be more segments than rows); got (5, 2)"),
+    (segment_mean_float32_counts, "anything added into it needs values' dtype too"),
 ]
 
 
@@ -441,11 +460,17 @@ def segment_mean_masks(values, ids, num_segments):                # boolean mask
     return torch.stack(rows)
 
 
+def segment_mean_counts_at_least_a_number(values, ids, num_segments):  # a 0-dim CPU tensor: fine on a GPU
+    sums = values.new_zeros(num_segments, values.shape[1]).index_add_(0, ids, values)
+    counts = torch.maximum(torch.bincount(ids, minlength=num_segments), torch.tensor(1))
+    return sums / counts.unsqueeze(1)
+
+
 @pytest.mark.parametrize(
     "answer",
     [segment_mean_index_add_bincount, segment_mean_two_scatter_adds, segment_mean_one_hot_matmul,
      segment_mean_index_reduce, segment_mean_moved_to_device, segment_mean_moved_to_device_bincount,
-     segment_mean_masks],
+     segment_mean_masks, segment_mean_counts_at_least_a_number],
 )
 def test_segment_mean_accepts(answer):
     assert_accepted(check_segment_mean, answer)

@@ -13,13 +13,14 @@ input's, and the default one (the CPU) where a tensor made without ``device=`` l
   ``scatter_add_`` with a CPU ``src`` runs), so a function mode refuses them as CUDA does: a call may mix
   the two devices only through the CPU numbers CUDA accepts (0-dim tensors), CPU index tensors (CUDA
   moves them to the data; a CPU tensor indexed with a GPU index is refused) and conversions (``.to``,
-  ``copy_``). Copying the data to the CPU (``.cpu()``, ``.numpy()``) fails on ``meta`` and is refused: a
-  result built from the copy would land on the CPU.
+  ``copy_``). Copying the data to the CPU (``.cpu()``, ``.numpy()``) fails on ``meta`` and is refused: the
+  exercises ask for the work on the input's device, and on a GPU the copy waits for its queued work.
 * Where an operation has no meta kernel (``torch.bincount``, a boolean mask) or the code needs the values
   (``.item()``, ``.tolist()``), the check falls back to CPU inputs with the *default* device set to
-  ``meta`` (``with torch.device("meta")``): a tensor the answer creates without ``device=`` lands on
-  ``meta``, so the result moves, breaks or changes, and the same function mode, with the two devices'
-  roles swapped, refuses a call that mixes it with the inputs. An answer that takes the device from its
+  ``meta`` (:func:`utils.checks.default_device_elsewhere`): a tensor the answer creates without
+  ``device=`` lands on ``meta`` (a number, 0-dim, stays on the CPU, as CUDA accepts it), so the result
+  moves, breaks or changes, and the same function mode, with the two devices' roles swapped, refuses a
+  call that mixes it with the inputs. An answer that takes the device from its
   input gives the same CPU result as before, and one that calls ``.cpu()`` or ``.numpy()`` is refused.
   Moving a new tensor onto the input's device (``.to(x.device)``) cannot copy out of ``meta``, but works
   on a GPU, so it passes.
@@ -38,7 +39,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch.overrides import TorchFunctionMode
 
-from utils.checks import ExerciseFailed, exercise, expect, learner_code
+from utils.checks import ExerciseFailed, default_device_elsewhere, exercise, expect, learner_code
 
 __all__ = ["check_count_tokens", "check_one_hot", "check_segment_mean", "check_select_scores"]
 
@@ -62,8 +63,9 @@ def _device_hint(name: str) -> str:
 
 def _host_hint(name: str) -> str:
     return (
-        f"keep the work on {name}.device: .cpu() and .numpy() copy the data to the CPU, and a result built "
-        f"from the copy (torch.from_numpy too) lands there, not on {name}.device. Also " + _device_hint(name)
+        f"keep the work on {name}.device: .cpu() and .numpy() copy the data to the CPU, which on a GPU waits for "
+        f"all its queued work and sends the data over and back (a result built from the copy, torch.from_numpy "
+        f"too, stays on the CPU unless moved). Also " + _device_hint(name)
     )
 
 
@@ -240,7 +242,7 @@ def _expect_on_input_device(name: str, fn: Callable, args: tuple, out: torch.Ten
         return
     with learner_code(f"calling {WITH_META_DEFAULT}", _device_hint(name)):
         try:
-            with torch.device("meta"), _Calls() as calls, _SameDevice(name, host="meta"):
+            with default_device_elsewhere("meta"), _Calls() as calls, _SameDevice(name, host="meta"):
                 under_meta = fn(*args)
         except NotImplementedError as err:
             if "copy out of meta" not in str(err):
@@ -348,6 +350,19 @@ def check_select_scores(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
         "a batch of one sequence of length one must still give shape (1, 1): squeeze only the last dim "
         "(squeeze(-1)), not every dim of size 1",
     )
+    few = torch.tensor([[[0.5, 1.5, 2.5, 3.5], [4.0, 5.0, 6.0, 7.0], [-1.0, -2.0, -3.0, -4.0]]])
+    with learner_code(
+        "calling select_scores on scores (1, 3, 4) whose labels [0, 2, 1] leave out the last class",
+        "the number of classes is scores.shape[-1], whatever the labels hold: F.one_hot(labels) is only "
+        "labels.max() + 1 wide unless given num_classes",
+    ):
+        picked = fn(few, torch.tensor([[0, 2, 1]]))
+    expect(
+        isinstance(picked, torch.Tensor) and picked.shape == (1, 3)
+        and torch.equal(picked.detach().to(few.dtype), torch.tensor([[0.5, 6.0, -2.0]])),
+        "with labels that leave out the last class the result must still be scores[b, n, labels[b, n]]: take "
+        "the number of classes from scores.shape[-1], not from the labels",
+    )
     _expect_on_input_device("scores", fn, (scores, labels), out)
 
 
@@ -444,24 +459,25 @@ def check_segment_mean(fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Ten
     )
     expect(torch.equal(out[3], torch.zeros(4)), "the empty segment (id 3) must be a row of zeros")
 
-    # Another width and number of segments, float64, ids in no particular order, two empty segments.
+    # Another width, more segments than rows, float64, ids in no particular order, four empty segments.
     values2 = torch.tensor([[1.5, -2.0], [4.0, 0.5], [-3.0, 7.0], [2.5, 1.0], [8.0, -6.0]], dtype=torch.float64)
     ids2 = torch.tensor([4, 1, 1, 4, 0])
     with learner_code(
-        "calling segment_mean on float64 values (5, 2) with 5 segments",
-        "create the output with values' dtype (values.new_zeros, or dtype=values.dtype) and num_segments rows",
+        "calling segment_mean on float64 values (5, 2) with 7 segments",
+        "create the output with values' dtype and num_segments rows (values.new_zeros(num_segments, D)); "
+        "anything added into it needs values' dtype too (values.new_ones, or dtype=values.dtype, for counts)",
     ):
-        out2 = fn(values2, ids2, 5)
+        out2 = fn(values2, ids2, 7)
     expect(
-        isinstance(out2, torch.Tensor) and out2.shape == (5, 2) and out2.dtype == torch.float64,
-        "float64 values (5, 2) in 5 segments must give a float64 result of shape (5, 2): take the dtype from "
-        f"values and the number of rows from num_segments; got {_shape(out2)}"
-        + (f" {out2.dtype}" if isinstance(out2, torch.Tensor) else ""),
+        isinstance(out2, torch.Tensor) and out2.shape == (7, 2) and out2.dtype == torch.float64,
+        "float64 values (5, 2) in 7 segments must give a float64 result of shape (7, 2): take the dtype from "
+        f"values and the number of rows from num_segments (there may be more segments than rows); got "
+        f"{_shape(out2)}" + (f" {out2.dtype}" if isinstance(out2, torch.Tensor) else ""),
     )
     expect(
-        torch.allclose(out2, _segment_mean_reference(values2, ids2, 5)),
-        "with 5 segments of width 2 (ids 4, 1, 1, 4, 0) each row must hold its segment's mean, and the empty "
-        "segments 2 and 3 zeros",
+        torch.allclose(out2, _segment_mean_reference(values2, ids2, 7)),
+        "with 7 segments of width 2 (ids 4, 1, 1, 4, 0) each row must hold its segment's mean, and the empty "
+        "segments 2, 3, 5 and 6 zeros",
     )
 
     leaf = values.clone().requires_grad_()
