@@ -285,6 +285,40 @@ class OldSignature(ReverseLoop):
         super().__init__(mean, std, (4, 3))
 
 
+class CastsToFloat32(ReverseLoop):
+    """x.float() in forward: float64 hides it (it wins the promotion), bfloat16 does not."""
+
+    def forward(self, x):
+        return super().forward(x.float())
+
+
+class OnesOnTheDeviceInFloat32(ReverseLoop):
+    def forward(self, x):
+        return super().forward(x * torch.ones(x.shape[-1], device=x.device))
+
+
+class RegisteredOverPlain(nn.Module):
+    """The plain assignments kept, with register_buffer added after them."""
+
+    def __init__(self, mean, std, widths):
+        super().__init__()
+        self.mean, self.std = mean, std
+        self.register_buffer("mean", mean)
+        self.register_buffer("std", std)
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in pairwise(widths))
+
+
+class StandardisesInPlace(ReverseLoop):
+    def forward(self, x):
+        x -= self.mean
+        x /= self.std
+        for i, fc in enumerate(self.fcs):
+            x = fc(x)
+            if i < len(self.fcs) - 1:
+                x = x.clamp(min=0)
+        return x
+
+
 WRONG_MOVABLE = [
     (Standardize, "cannot see inside layers (list of modules or tensors)"),
     (LayersFixedOnly, "leaves mean (plain tensor attribute), std (plain tensor attribute) behind"),
@@ -305,6 +339,10 @@ WRONG_MOVABLE = [
     (HardCodedCuda, "hard-coded device such as .cuda()"),
     (CudaDeviceInForward, "hard-coded device such as .cuda()"),
     (OldSignature, "the constructor takes (mean, std, widths)"),
+    (CastsToFloat32, "x.float(), or a tensor made without dtype=x.dtype, is float32"),
+    (OnesOnTheDeviceInFloat32, "x.float(), or a tensor made without dtype=x.dtype, is float32"),
+    (RegisteredOverPlain, "drop the plain assignment (self.mean = mean)"),
+    (StandardisesInPlace, "forward changed its input in place"),
 ]
 
 
@@ -477,6 +515,11 @@ class OneNumberPerRow(Noise):
         return x + self.sigma * noise if self.training else x
 
 
+class MultipliesNoise(Noise):
+    def forward(self, x):
+        return x * (1 + self.sigma * torch.randn_like(x)) if self.training else x
+
+
 class OwnCpuGenerator(Noise):
     """Reproducible noise from a generator of its own: a CPU one, which a GPU input cannot use."""
 
@@ -511,6 +554,7 @@ WRONG_NOISE = [
     (SeededEveryCall, "fresh noise on every call"),
     (AddsInPlace, "forward changed its input"),
     (NoiseOnCuda, "hard-coded device such as .cuda()"),
+    (MultipliesNoise, "the noise is multiplied into x. Add it"),
     (OwnCpuGenerator, "a generator of its own, which lives on the cpu device"),
     (OwnCpuGeneratorInPlace, "a generator of its own, which lives on the cpu device"),
 ]
@@ -627,6 +671,10 @@ def returns_megabytes(model):
     return by_nbytes(model) / 2**20
 
 
+def adam_state_in_float32(model):  # Adam's averages taken as 4 bytes whatever the dtype
+    return sum(2 * p.nbytes + 8 * p.numel() if p.requires_grad else p.nbytes for p in model.parameters())
+
+
 WRONG_BYTES = [
     (sixteen_bytes_each, "for the same MLP with its first layer frozen: 1056 bytes"),
     (assumes_float32, "each number takes its dtype's size"),
@@ -644,6 +692,8 @@ WRONG_BYTES = [
     (one_size_for_all, "one size for the whole model is wrong"),
     (returns_float, "return an int (bytes); got float (use integer arithmetic"),
     (returns_megabytes, "return an int (bytes); got float"),
+    (adam_state_in_float32, "for the MLP in float64: 1584 bytes"),
+    (adam_state_in_float32, "Adam's two averages have the parameter's dtype"),
 ]
 
 

@@ -55,6 +55,9 @@ _KNOWN_CAUSES = (
     ("'ModuleDict' object has no attribute",
      "an nn.ModuleDict is read by key, heads[name] (also `in`, keys(), items(), values()); it has no .get(), "
      "and heads.task looks for a module named 'task', not for the value of the variable task"),
+    ("already exists",
+     "register_buffer and register_parameter refuse a name that is already a plain attribute of the module: "
+     "drop the plain assignment (self.mean = mean) and register the tensor under that name instead"),
     ("Expected more than 1 value per channel when training",
      "a batch norm layer in training mode needs more than one sample to compute a batch's statistics: run "
      "the network on the whole example batch"),

@@ -331,8 +331,14 @@ def check_movable(cls: type[nn.Module], device: torch.device | str | None = None
     )
 
     x = torch.randn(5, 4, generator=torch.Generator().manual_seed(0))
+    given = x.clone()
     with _calling("calling the model on a (5, 4) batch", "forward(self, x) standardises x, then runs the layers"):
         y = model(x)
+    expect(
+        torch.equal(x, given),
+        "forward changed its input in place (x -= mean, x.sub_(...)): the caller's batch changes with it, and "
+        "a second call would standardise it twice. Compute (x - self.mean) / self.std as a new tensor",
+    )
     expect(
         isinstance(y, torch.Tensor) and y.shape == (5, 3),
         f"widths {widths} on a batch of 5 give shape (5, 3); got {getattr(y, 'shape', type(y).__name__)}",
@@ -404,6 +410,14 @@ def check_movable(cls: type[nn.Module], device: torch.device | str | None = None
     with _calling("calling the float64 model on a float64 batch", "create nothing with a fixed dtype in forward"):
         out64 = wide(x.double())
     expect(out64.dtype == torch.float64, "after .to(torch.float64) the output must be float64")
+    # bfloat16 too: float64 wins every type promotion, so a float32 tensor made in forward hides behind it.
+    fixed = ("create nothing with a fixed dtype in forward: x.float(), or a tensor made without dtype=x.dtype, "
+             "is float32, which a bfloat16 (or float16) model's layers refuse")
+    with _calling(built, ctor_hint):
+        narrow = cls(mean.clone(), std.clone(), widths).to(torch.bfloat16)
+    with _calling("calling the model after .to(torch.bfloat16) on a bfloat16 batch", fixed):
+        out16 = narrow(x.bfloat16())
+    expect(out16.dtype == torch.bfloat16, f"after .to(torch.bfloat16) the output must be bfloat16: {fixed}")
 
 
 # --- Exercise 2 ------------------------------------------------------------------------------------
@@ -460,11 +474,19 @@ def check_noise(cls: type[nn.Module], device: torch.device | str | None = None) 
         isinstance(noisy, torch.Tensor) and noisy.shape == x.shape,
         f"the output must have the input's shape {tuple(x.shape)}; got {getattr(noisy, 'shape', type(noisy).__name__)}",
     )
-    expect(
-        not torch.equal(noisy, x),
-        "in training mode (the default) the output must differ from the input: add the noise when "
-        "self.training is True (self.eval is a method, and a method is always true)",
-    )
+    if torch.equal(noisy, x):
+        with _calling("calling the layer in training mode on torch.ones(20_000)", ""):
+            on_ones = layer(torch.ones(20_000))
+        expect(
+            not isinstance(on_ones, torch.Tensor) or torch.equal(on_ones, torch.ones(20_000)),
+            "on torch.zeros(20_000) the output stayed all zeros, and on ones it changed: the noise is multiplied "
+            "into x. Add it: return x + sigma * noise",
+        )
+        expect(
+            False,
+            "in training mode (the default) the output must differ from the input: add the noise when "
+            "self.training is True (self.eval is a method, and a method is always true)",
+        )
     expect(not torch.equal(noisy, again), "draw fresh noise on every call in training mode (no fixed seed in forward)")
     mean, std = noisy.mean().item(), noisy.std().item()
     expect(abs(std - 0.5) < 0.02, f"sigma=0.5 must give noise of std 0.5; got {std:.3f}")
@@ -587,6 +609,11 @@ def _likely_cause(model: nn.Module, parts: dict[str, int], got: int) -> str | No
         (want + buffers, "buffers (such as BatchNorm's running statistics) are not trained: do not count them"),
         (want + 4 * buffers, "buffers (such as BatchNorm's running statistics) are not trained: do not count them"),
         (8 * want, "count bytes, not bits"),
+        # before "gradients missing", which gives the same total in float64 but fails the float32 case first
+        (
+            nbytes + trained + 8 * sum(p.numel() for p in unique if p.requires_grad),
+            "Adam's two averages have the parameter's dtype (p.element_size() bytes each), not always 4 bytes",
+        ),
         (nbytes + 2 * trained, "the gradients are missing (one per trainable parameter, of its size and dtype)"),
         (nbytes + trained, "Adam's two running averages are missing (exp_avg and exp_avg_sq)"),
     ]
