@@ -25,6 +25,8 @@ WRONG = {
     "off by one": (lambda n: torch.ones(n + 1), "ones(0) must have shape (0,), got (1,)"),
     "at least one": (lambda n: torch.ones(max(n, 1)), "ones(0) must have shape (0,), got (1,)"),
     "float64": (lambda n: torch.ones(n, dtype=torch.float64), "got torch.float64"),
+    "from numpy": (lambda n: torch.from_numpy(np.ones(n)), "a NumPy array is float64"),
+    "float16": (lambda n: torch.ones(n, dtype=torch.float16), "leave the dtype at torch's default, float32"),
     "keyword only": (lambda *, n: torch.ones(n), "calling ones(0) raised TypeError"),
     "arange": (lambda n: torch.arange(n, dtype=torch.float32), "every entry of ones(1) must be 1"),
 }

@@ -231,6 +231,16 @@ def returns_the_sampler(n_samples, world_size, rank, epochs, seed):
     return out
 
 
+def batches_of_tensors(n_samples, world_size, rank, epochs, seed):  # a DataLoader's batches hold tensors
+    sampler = sampler_for(n_samples, world_size, rank, seed)
+    loader = DataLoader(range(n_samples), batch_size=2, sampler=sampler)
+    out = []
+    for e in range(epochs):
+        sampler.set_epoch(e)
+        out.append([i for batch in loader for i in batch])
+    return out
+
+
 def both_bugs(n_samples, world_size, rank, epochs, seed):
     return no_set_epoch(n_samples, world_size, rank, epochs, seed + rank)
 
@@ -247,6 +257,7 @@ def both_bugs(n_samples, world_size, rank, epochs, seed):
         (ignores_the_seed, "use the sampler, its seed and its epoch numbers"),
         (no_process_group, "give DistributedSampler num_replicas=world_size and rank=rank"),
         (returns_the_sampler, "got list of DistributedSampler"),
+        (batches_of_tensors, "got list of list of Tensor"),
         (both_bugs, "the same seed"),
     ],
 )

@@ -28,7 +28,10 @@ def check_ones(answer) -> None:
         )
         expect(
             result.dtype == torch.float32,
-            f"ones({n}) must be float32, like torch.ones(n), got {result.dtype}: an int fill value or a list of "
-            "ints makes an integer tensor",
+            f"ones({n}) must be float32, like torch.ones(n), got {result.dtype}: "
+            + ("an int fill value or a list of ints makes an integer tensor" if not result.is_floating_point()
+               else "a NumPy array is float64, and so is the tensor made from it (torch.from_numpy, "
+               "torch.tensor); build it with torch, without dtype=" if result.dtype == torch.float64
+               else "leave the dtype at torch's default, float32"),
         )
         expect(bool((result == 1).all()), f"every entry of ones({n}) must be 1")

@@ -108,6 +108,15 @@ def check_ddp_numbers(ddp_numbers: Callable[[int, int, int], tuple[int, int]]) -
         )
 
 
+def _nesting(value: object) -> str:
+    """``list of list of Tensor``: the type of ``value`` and of its first element, all the way down."""
+    names = [type(value).__name__]
+    while isinstance(value, list | tuple) and value:
+        value = value[0]
+        names.append(type(value).__name__)
+    return " of ".join(names)
+
+
 def _shards_of(answer: Callable[..., list[list[int]]], n: int, world: int, epochs: int, seed: int):
     shards = []
     for rank in range(world):
@@ -123,8 +132,8 @@ def _shards_of(answer: Callable[..., list[list[int]]], n: int, world: int, epoch
             and len(per_epoch) == epochs
             and all(isinstance(e, list) and all(_is_int(i) for i in e) for e in per_epoch),
             f"rank {rank}: return a list with one list of int indices per epoch ({epochs} epochs), such as "
-            f"list(sampler) or tensor.tolist(); got {type(per_epoch).__name__}"
-            + (f" of {type(per_epoch[0]).__name__}" if isinstance(per_epoch, list) and per_epoch else ""),
+            f"list(sampler) or tensor.tolist(); got {_nesting(per_epoch)}"
+            + (f" ({len(per_epoch)} of them)" if isinstance(per_epoch, list) and len(per_epoch) != epochs else ""),
         )
         shards.append(per_epoch)
     return shards
