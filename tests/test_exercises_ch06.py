@@ -119,7 +119,36 @@ class OutputLayerFirst(nn.Module):
         return self.out(x)
 
 
-RIGHT_MOVABLE = [BufferAndSequential, NestedNormaliser, ReverseLoop, RowBuffers, OutputLayerFirst]
+class ActivationsInAList(ReverseLoop):
+    """A plain list of ReLU modules: they hold no tensor, so .to() misses nothing."""
+
+    def __init__(self, mean, std, widths):
+        super().__init__(mean, std, widths)
+        self.acts = [nn.ReLU() for _ in range(len(widths) - 2)]
+
+    def forward(self, x):
+        x = (x - self.mean) / self.std
+        for fc, act in zip(self.fcs, self.acts, strict=False):
+            x = act(fc(x))
+        return self.fcs[-1](x)
+
+
+class AliasesOfRegisteredLayers(ReverseLoop):
+    """Second names, in plain containers, for layers the ModuleList registers."""
+
+    def __init__(self, mean, std, widths):
+        super().__init__(mean, std, widths)
+        self.hidden, self.out = list(self.fcs)[:-1], self.fcs[-1]
+
+    def forward(self, x):
+        x = (x - self.mean) / self.std
+        for fc in self.hidden:
+            x = torch.relu(fc(x))
+        return self.out(x)
+
+
+RIGHT_MOVABLE = [BufferAndSequential, NestedNormaliser, ReverseLoop, RowBuffers, OutputLayerFirst, ActivationsInAList,
+                 AliasesOfRegisteredLayers]
 
 
 # Wrong answers, starting from the notebook's Standardize (the module to fix).
@@ -792,7 +821,9 @@ def test_strays():
     inner.scale = torch.ones(2)
     outer = nn.Sequential(nn.Linear(2, 2))
     outer.block = inner
-    outer.helpers = [nn.ReLU()]
+    outer.helpers = [nn.LayerNorm(2)]  # a module with tensors of its own, which .to() does not see
+    outer.activations = [nn.ReLU()]  # no tensor to move: fine
+    outer.aliases = {"first": outer[0]}  # a second name for a registered module, which .to() moves: fine
     outer.sizes = (1, 2)  # not tensors: fine
     outer._cache = torch.zeros(2)  # an underscore does not hide it
     outer.register_buffer("fine", torch.zeros(1))

@@ -56,17 +56,28 @@ def strays(module: nn.Module) -> list[str]:
     ``'block.layers (list of modules or tensors)'``, in the order the attributes were set. An empty list
     means ``.to()`` moves everything the modules hold as attributes. ``nn.Module``'s own registries
     (``_parameters``, ``_buffers``, ``_modules``, the hooks) are not strays; a learner's ``self._mean``
-    is.
+    is. A container whose modules are all registered anyway (a second name for them) or hold no tensor
+    (``nn.ReLU()``) is not a stray either: ``.to()`` moves modules in place and misses nothing there.
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"module must be an nn.Module, got {type(module).__name__}")
+    registered = {id(m) for m in module.modules()}
+
+    def missed(value: object) -> bool:
+        if isinstance(value, torch.Tensor):  # even a registered buffer's alias: .to() replaces the buffer
+            return True
+        # .to() moves a registered module in place, so a second name for it is fine; so is a module that
+        # holds no tensor at all (an nn.ReLU)
+        return isinstance(value, nn.Module) and id(value) not in registered and any(
+            True for _ in (*value.parameters(), *value.buffers()))
+
     found = []
     for where, value in _own_attributes(module):
         if _is_plain_tensor(value):
             found.append(f"{where} (plain tensor attribute)")
         elif isinstance(value, (list, tuple, set, frozenset, dict)):
             items = value.values() if isinstance(value, dict) else value
-            if any(isinstance(v, (nn.Module, torch.Tensor)) for v in items):
+            if any(missed(v) for v in items):
                 found.append(f"{where} ({type(value).__name__} of modules or tensors)")
     return found
 
