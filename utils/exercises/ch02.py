@@ -46,11 +46,30 @@ def _expect_trainable(layers: dict[int, nn.Module]) -> None:
             )
 
 
+def _kept(net: nn.Sequential, indices: tuple[int, ...]) -> dict[int, list[torch.Tensor]]:
+    """Copies of the parameters of the modules ``net[i]`` that the answer must leave alone."""
+    return {i: [p.detach().clone() for p in net[i].parameters()] for i in indices}
+
+
+def _changed(net: nn.Sequential, kept: dict[int, list[torch.Tensor]]) -> list[str]:
+    """The class names of the kept modules whose parameters changed (or were removed or added)."""
+    return [type(net[i]).__name__ for i, before in kept.items()
+            if not (len(now := list(net[i].parameters())) == len(before) and all(map(torch.equal, now, before)))]
+
+
 #: Where Exercises 2 and 3 also run the answer: a network and an example on 'meta' (a stand-in for a GPU).
 _ELSEWHERE = (
     "run the dry run on example_input itself: a tensor made for it (torch.randn, torch.ones) lands on the "
     "default device, the CPU, while the network may be on a GPU"
 )
+
+
+def _expect_dry_run_where_the_example_is(answer: Callable[..., object], call: str, net: nn.Sequential) -> None:
+    """Run ``answer(net, example)`` with ``net`` (lazy, on meta, first layer LazyLinear(8)) and a (4, 5) example
+    on meta: the dry run must have given the first layer its (8, 5) weight there."""
+    with learner_code(f"{call} with the network and the example on the 'meta' device", _ELSEWHERE):
+        answer(net, torch.empty(4, 5, device="meta"))
+    expect(net[0].weight.shape == (8, 5), f"on the 'meta' device, the dry run did not run: {_ELSEWHERE}")
 
 
 def _std_matches(weight: torch.Tensor, std: float) -> bool:
@@ -102,7 +121,7 @@ def check_init_xavier(init_fn: Callable[[nn.Module], object]) -> None:
             for p, value in zip(list(net[3].parameters()) + list(net[5:].parameters()), (2.0, 0.5, 0.25, 0.75, 1.5),
                                 strict=True):
                 p.fill_(value)
-        others = {i: [p.detach().clone() for p in net[i].parameters()] for i in (3, 5, 6)}  # to be left alone
+        others = _kept(net, (3, 5, 6))  # to be left alone
         before = dict(net.named_parameters())
         dtypes = {name: p.dtype for name, p in before.items()}
         memory = {name: p.data_ptr() for name, p in before.items()}
@@ -167,8 +186,7 @@ def check_init_xavier(init_fn: Callable[[nn.Module], object]) -> None:
         "the weights have the right std and stay inside the bound, but they are not uniformly distributed "
         "on [-b, b]: Xavier-uniform is a uniform law, use nn.init.xavier_uniform_",
     )
-    changed = [type(net[i]).__name__ for i, kept in others.items()
-               if not (len(now := list(net[i].parameters())) == len(kept) and all(map(torch.equal, now, kept)))]
+    changed = _changed(net, others)
     expect(
         not changed,
         f"the {' and the '.join(changed)} changed: initialise linear layers only and leave every other module "
@@ -197,6 +215,7 @@ def check_initialize_lazy(initialize: Callable[[nn.Module, torch.Tensor], nn.Mod
         with torch.no_grad():
             net[1].weight.fill_(2.0)
             net[1].bias.fill_(0.5)
+        norm = _kept(net, (1,))  # to be left alone
         example = torch.rand(4, 300, **f64)
         with learner_code(
             "initialize_lazy(net, example_input) on a network of LazyLinear layers and a LayerNorm (float64, like "
@@ -253,17 +272,15 @@ def check_initialize_lazy(initialize: Callable[[nn.Module, torch.Tensor], nn.Mod
         "use nn.init.kaiming_normal_, not kaiming_uniform_",
     )
     expect(
-        torch.equal(net[1].weight, torch.full_like(net[1].weight, 2.0))
-        and torch.equal(net[1].bias, torch.full_like(net[1].bias, 0.5)),
+        not _changed(net, norm),
         "the LayerNorm changed: initialise the linear layers only (isinstance(m, nn.Linear)). A test on "
         "p.dim() reaches a normalisation layer's 1-D scale and shift too",
     )
     # The same on 'meta', a stand-in for a GPU: the dry run must use the example where it is.
-    meta = nn.Sequential(nn.LazyLinear(8, device="meta"), nn.ReLU(), nn.LazyLinear(2, device="meta"))
-    with learner_code("initialize_lazy(net, example_input) with the network and the example on the 'meta' device",
-                      _ELSEWHERE):
-        initialize(meta, torch.empty(4, 5, device="meta"))
-    expect(meta[0].weight.shape == (8, 5), f"on the 'meta' device, the dry run did not run: {_ELSEWHERE}")
+    _expect_dry_run_where_the_example_is(
+        initialize, "initialize_lazy(net, example_input)",
+        nn.Sequential(nn.LazyLinear(8, device="meta"), nn.ReLU(), nn.LazyLinear(2, device="meta")),
+    )
 
 
 # ---------------------------------------------------------------- Exercise 3
@@ -328,8 +345,7 @@ def check_lazy_optimizer(make_optimizer: Callable[[nn.Module, torch.Tensor], tor
             f"{decay[id(p)]}. Put every parameter with p.dim() < 2 in a group without decay (a test on the "
             "name, such as 'bias' in name, misses a norm layer's 1-D weight)",
         )
-    meta = nn.Sequential(nn.LazyLinear(8, device="meta"), nn.LazyBatchNorm1d(device="meta"))
-    with learner_code("lazy_optimizer(net, example_input) with the network and the example on the 'meta' device",
-                      _ELSEWHERE):
-        make_optimizer(meta, torch.empty(4, 5, device="meta"))
-    expect(meta[0].weight.shape == (8, 5), f"on the 'meta' device, the dry run did not run: {_ELSEWHERE}")
+    _expect_dry_run_where_the_example_is(
+        make_optimizer, "lazy_optimizer(net, example_input)",
+        nn.Sequential(nn.LazyLinear(8, device="meta"), nn.LazyBatchNorm1d(device="meta")),
+    )

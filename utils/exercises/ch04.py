@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -30,17 +29,6 @@ _NORM_SHAPES = (
     "x.var(dim=0, correction=0) have shape (num_features,), like running_mean, running_var, weight and bias "
     "(keepdim=True gives (1, num_features), which an in-place update of a (num_features,) buffer refuses)"
 )
-
-
-def _elsewhere(run: Callable[[], object]) -> object:
-    """Run ``run()`` with another default device: a tensor it creates without ``device=`` lands there.
-
-    The ``meta`` device serves as that other device: it allocates nothing, and the CPU tensors of the
-    learner's layer keep running on the CPU's own kernels. A number (0-dim) stays on the CPU, as a GPU
-    machine's kernels accept it.
-    """
-    with default_device_elsewhere("meta"):
-        return run()
 
 
 def _randn(*shape: int, seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -147,7 +135,8 @@ def check_weight_norm_linear(cls: type[nn.Module]) -> None:
         f"{getattr(y64, 'dtype', type(y64).__name__)}: {_ANY_DEVICE}",
     )
     with learner_code("calling your layer on a CPU input while the default device is another one", _ANY_DEVICE):
-        y_here = _elsewhere(lambda: layer(x))
+        with default_device_elsewhere():  # numbers stay on the CPU, as a GPU machine's kernels accept them
+            y_here = layer(x)
     expect(
         isinstance(y_here, torch.Tensor) and y_here.device == x.device and torch.allclose(y_here, expected, atol=1e-5),
         f"the output must be on the input's device, with the same values, whatever the default device: {_ANY_DEVICE}",
@@ -212,7 +201,8 @@ def check_half_fourier(cls: type[nn.Module]) -> None:
             expect(x.grad is not None and bool(x.grad.abs().sum() > 0), hint)
     x = _randn(3, 8, seed=60)
     with learner_code("calling your layer on a CPU input while the default device is another one", _ANY_DEVICE):
-        out = _elsewhere(lambda: layer(x))
+        with default_device_elsewhere():
+            out = layer(x)
     expect(
         isinstance(out, torch.Tensor) and out.device == x.device and out.shape == (3, 4)
         and torch.allclose(out, torch.fft.fft(x)[..., :4], atol=1e-5),
@@ -350,7 +340,8 @@ def check_norm1d(cls: type[nn.Module]) -> None:
     reference.train()
     xh = _randn(8, n, seed=45)
     with learner_code("calling your layer on a CPU input while the default device is another one", _ANY_DEVICE):
-        y_here = _elsewhere(lambda: mine(xh))
+        with default_device_elsewhere():
+            y_here = mine(xh)
     expect(isinstance(y_here, torch.Tensor) and y_here.device == xh.device
            and torch.allclose(y_here, reference(xh), atol=1e-5),
            f"the output must be on the input's device, with the same values, whatever the default device: "

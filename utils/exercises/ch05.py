@@ -67,9 +67,10 @@ def _key_hint(given: OrderedDict, out: dict, want: list[str], prefix: str, named
             return (f"with prefix={prefix!r}, the key {before!r} is missing from the result (expected "
                     f"{expected!r}): keep every key, and a key without the prefix stays as it is{argument}")
         if after == before:
-            several = ": a prefix can have several parts, so test key.startswith(prefix), not the key's first part"
+            several = (": a prefix can have several parts, so test key.startswith(prefix), not the key's first part"
+                       if parts else "")
             return (f"with prefix={prefix!r}, the key {before!r} kept its prefix; expected "
-                    f"{expected!r}{several if parts else ''}{argument}")
+                    f"{expected!r}{several}{argument}")
         if parts and not before.startswith(prefix) and after == before.split(".", 1)[1]:
             return (f"with prefix={prefix!r}, the key {before!r} became {after!r}; expected {expected!r}: it "
                     "starts with the prefix's first part only, so it does not start with the prefix and stays as "
