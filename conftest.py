@@ -27,10 +27,11 @@ Threads. pytest-xdist runs about one notebook per core, so each kernel gets one 
 (``OMP_NUM_THREADS=1`` unless already set): two kernels with a thread per core each would fight over
 the cores and small tensor operations would slow down many times over.
 
-Kernels. A fresh kernel spends about 3 s of CPU on Python, ipykernel and ``import torch`` before a
-lesson starts. The run therefore forks each notebook's kernel from one server that has made those imports
-(tools/kernel_server.py says what a notebook can and cannot tell); ``FRESH_KERNELS=1`` starts every kernel
-the usual way.
+Kernels and workers. A fresh kernel spends about 3 s of CPU on Python, ipykernel and ``import torch`` before
+a lesson starts, and a fresh xdist worker as much on torch and ``torch._dynamo`` (which most test files
+need). The run therefore forks each notebook's kernel, and each worker, from one server that has made those
+imports (tools/kernel_server.py says what a notebook or a worker can and cannot tell); ``FRESH_KERNELS=1``
+starts every kernel and worker the usual way.
 
 Timing cells. A cell tagged ``runs-alone`` measures speed, so while it runs no other test runs: every
 test holds a shared lock across the xdist workers and such a cell takes it exclusively. A turnstile lock
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import gc
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -118,6 +120,7 @@ def pytest_configure(config):
     if forks_kernels(config.args, config.option.collectonly):
         _start_kernel_server(config)
         _launch_kernels_from_the_server()
+        _fork_workers_from_the_server(config)
 
 
 def pytest_unconfigure(config):
@@ -189,6 +192,15 @@ def pytest_collection(session):
         gc.collect()
         gc.freeze()
         gc.enable()
+
+
+def _fork_workers_from_the_server(config):
+    """On the controller: pytest-xdist's workers start as forks of the kernel server too (``python -u -c``
+    through its launcher), torch and the rest already imported; where the server declines, as usual."""
+    if getattr(config, "workerinput", None) is not None or not os.environ.get(kernel_server.ENV):
+        return
+    python = shlex.join(kernel_server.python_argv())
+    config.option.tx = [f"popen//python={python}" if tx == "popen" else tx for tx in config.option.tx or []]
 
 
 def _launch_kernels_from_the_server():
@@ -283,12 +295,10 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=_cost_rank)  # xdist hands out groups in this order (see _ORDER)
 
 
-#: Test files whose tests all run on one worker (an xdist group, named here). The explorers: they alone
-#: import matplotlib's pyplot and ipywidgets (about 0.7 s of CPU, and the first drawing's font set-up); not
-#: torch._dynamo (about 1 s), which the meta device, DDP and the optimizers import, so most files do. The
-#: kernel server's tests: they mostly wait for the servers and kernels they start (and share one).
-_ONE_WORKER = {"test_index_explorer.py": "pyplot", "test_init_explorer.py": "pyplot",
-               "test_kernel_server.py": "kernel-server"}
+#: Test files whose tests all run on one worker (an xdist group, named here): the kernel server's tests,
+#: which mostly wait for the servers and kernels they start (and share one). The explorers' tests spread:
+#: the workers, forked from the kernel server, have matplotlib's pyplot imported already.
+_ONE_WORKER = {"test_kernel_server.py": "kernel-server"}
 
 
 #: Where a test file or notebook goes in the run's order (lower: earlier). Longest first, so that no long

@@ -302,6 +302,86 @@ def test_when_the_server_declines_the_launcher_starts_an_ordinary_kernel(tmp_pat
     assert json.loads(out) == {"pid": launcher.pid, "argv": ["-f", "kernel.json"], "preloaded": False}
 
 
+#: Run as ``python -u -c PYTHON_PROBE A B`` (as pytest-xdist starts its workers): what the process sees.
+PYTHON_PROBE = f"""import json, os, sys
+line = sys.stdin.readline()
+mpl = sys.modules.get("matplotlib")
+_name = lambda backend: "auto" if backend is mpl.rcsetup._auto_backend_sentinel else backend
+print(json.dumps({{"pid": os.getpid(), "argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd(),
+                  "mark": os.environ.get("MARK"), "preloaded": {PRELOADED!r} in sys.modules, "line": line,
+                  "main": sorted(k for k in vars(sys.modules["__main__"]) if not k.startswith("__")),
+                  "backend": None if mpl is None else _name(mpl.rcParams._get("backend"))}}))
+sys.exit(int(os.environ.get("STATUS", "0")))
+"""
+
+
+def run_python(argv, tmp_path, env=None):
+    """``python -u -c PYTHON_PROBE a b`` through :func:`kernel_server.python_argv`; its facts and exit status."""
+    command = [*kernel_server.python_argv(), *argv]
+    with subprocess.Popen(command, cwd=tmp_path, env={**os.environ, **(env or {})}, text=True,
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE) as launcher:
+        out, _ = launcher.communicate("first line\nsecond line\n", timeout=60)
+    return json.loads(out), launcher.returncode, launcher.pid
+
+
+def test_a_forked_python_runs_its_code_as_python_dash_c_would(server, tmp_path):
+    plain = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
+    env = {**plain, "MARK": "m", "STATUS": "3"}
+    facts, status, launcher = run_python(["-u", "-c", PYTHON_PROBE, "a", "b"], tmp_path, env)
+    assert status == 3 and facts["pid"] != launcher  # a fork of the server, whose exit status the launcher takes
+    assert facts["preloaded"] and facts["mark"] == "m" and facts["cwd"] == str(tmp_path)
+    assert facts["argv"] == ["-c", "a", "b"] and facts["path0"] == ""  # as `python -c` sets them
+    assert facts["line"] == "first line\n"  # its standard input is the launcher's
+    assert facts["main"] == ["_name", "json", "line", "mpl", "os", "sys"]  # a new __main__: none of the server's names
+    # matplotlib, imported by the server, reads its backend from this process's environment, as if imported
+    # here: the one named, else what matplotlib's own configuration says (not ipykernel's inline backend)
+    facts, status, _ = run_python(["-u", "-c", PYTHON_PROBE], tmp_path, {"MPLBACKEND": "agg"})
+    assert status == 0 and facts["backend"] == "agg"
+    import matplotlib
+
+    configured = matplotlib.rcParamsOrig._get("backend")  # rcParamsOrig: before MPLBACKEND is applied
+    facts, _, _ = run_python(["-u", "-c", PYTHON_PROBE], tmp_path, {"MPLBACKEND": ""})
+    assert facts["backend"] == ("auto" if configured is matplotlib.rcsetup._auto_backend_sentinel else configured)
+
+
+@pytest.mark.parametrize("where", ["no server", "other arguments"])
+def test_a_python_the_server_does_not_fork_is_an_ordinary_one(server, tmp_path, monkeypatch, where):
+    if where == "no server":
+        monkeypatch.setenv(kernel_server.ENV, str(tmp_path / "no-server"))
+        argv = ["-u", "-c", PYTHON_PROBE, "a"]
+    else:  # only [-u] [-B] -c CODE is forked; anything else is the interpreter's to run
+        (tmp_path / "probe.py").write_text(PYTHON_PROBE, encoding="utf-8")
+        argv = ["-u", "probe.py", "a"]
+    facts, status, launcher = run_python(argv, tmp_path)
+    assert status == 0 and facts["pid"] == launcher and not facts["preloaded"]  # exec'd in place
+    assert facts["argv"][1:] == ["a"] and facts["line"] == "first line\n"
+
+
+def test_the_runs_workers_start_through_the_server_only_where_it_runs(monkeypatch):
+    config = SimpleNamespace(option=SimpleNamespace(tx=["popen", "popen", "ssh=elsewhere"]))
+    monkeypatch.delenv(kernel_server.ENV, raising=False)
+    conftest._fork_workers_from_the_server(config)
+    assert config.option.tx == ["popen", "popen", "ssh=elsewhere"]
+    monkeypatch.setenv(kernel_server.ENV, "/some/socket")
+    conftest._fork_workers_from_the_server(config)
+    python = config.option.tx[0].removeprefix("popen//python=")
+    assert config.option.tx == [config.option.tx[0]] * 2 + ["ssh=elsewhere"]
+    import execnet
+    from execnet.gateway_io import popen_args
+
+    assert popen_args(execnet.XSpec(config.option.tx[0]))[:4] == [*kernel_server.python_argv()] and python
+
+
+def test_this_runs_workers_are_forks_of_its_server_where_torch_allows():
+    """The speed this buys is easy to lose without a failure: a worker that falls back starts as usual."""
+    import torch
+
+    if not (os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get(kernel_server.ENV)):
+        pytest.skip("this run has no workers or no kernel server")
+    parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().split(b"\0")
+    assert (b"--serve" in parent) == kernel_server.fork_safe(torch), parent
+
+
 @pytest.mark.parametrize(
     "cuda, hip, safe",
     [(False, None, True), (True, None, False), (False, "6.2", False)],

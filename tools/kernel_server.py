@@ -30,6 +30,14 @@ kernel spec of nbval (and of the browser test's JupyterLab) at the launcher,
 3. falls back to ``exec python -m ipykernel_launcher ...`` when there is no server, or the server declined
    (a GPU build of torch: see :func:`fork_safe`).
 
+Workers. The test run's pytest-xdist workers start the same way: their interpreter is ``python -S
+tools/kernel_server.py --python`` (:func:`python_argv`), which sends ``-u -c CODE`` (how execnet starts a
+worker) to the server; the fork runs CODE as ``python -u -c CODE`` would, in a new ``__main__`` with fresh
+standard streams, ``sys.argv`` and ``sys.path[0]``. A worker sees the server's imports in ``sys.modules``
+(torch, ``torch._dynamo``, ipykernel, pyplot), matplotlib's backend as its own environment and
+configuration set it (not the kernels' inline one), and the server's hash seed; any other command line, or no
+server, execs the interpreter with the same arguments.
+
 Each kernel has its own session and process group, as jupyter_client gives a fresh kernel, and is killed
 with its group, i.e. with the processes it started. If the launcher is killed (``shutdown_kernel(now=True)``
 sends SIGKILL), its socket closes and the server kills the kernel; if the server's parent (the test run)
@@ -72,6 +80,20 @@ def launcher_argv() -> list[str]:
     return [sys.executable, "-S", os.path.abspath(__file__), "-f", "{connection_file}"]
 
 
+def python_argv() -> list[str]:
+    """An interpreter, for a program that starts ``python -u -c CODE`` (pytest-xdist's workers): given
+    those arguments, it runs ``CODE`` in a fork of the server, or execs that very command without one."""
+    return [sys.executable, "-S", os.path.abspath(__file__), "--python"]
+
+
+def _python_code(argv: list[str]) -> str | None:
+    """The ``CODE`` of ``[-u] [-B] -c CODE [ARG ...]``, the only command lines a fork runs; else None."""
+    options = [a for a in argv[: argv.index("-c")] if a in ("-u", "-B")] if "-c" in argv else None
+    if options is None or len(options) != argv.index("-c") or argv.index("-c") + 1 >= len(argv):
+        return None
+    return argv[argv.index("-c") + 1]
+
+
 def start_server(path, preload: tuple[str, ...] | None = None, remove_folder: bool = False,
                  request_timeout: float = REQUEST_TIMEOUT):
     """Start a server listening on ``path``; its ``subprocess.Popen``, or None if it did not come up.
@@ -97,25 +119,29 @@ def start_server(path, preload: tuple[str, ...] | None = None, remove_folder: bo
 # ---- the launcher (the process jupyter_client starts and manages as "the kernel") ----
 
 
-def launch(argv: list[str]) -> None:
-    """Become a kernel forked by the server, or exec a normal one if there is none."""
-    kernel_argv = ["-m", "ipykernel_launcher", *argv]
+def launch(argv: list[str], python: bool = False) -> None:
+    """Become a kernel forked by the server, or exec a normal one if there is none. With ``python``,
+    ``argv`` are the interpreter's arguments (``-u -c CODE``: see :func:`python_argv`), not ipykernel's."""
+    own_argv = list(argv) if python else ["-m", "ipykernel_launcher", *argv]
     path = os.environ.get(ENV, "")
-    request = json.dumps({"argv": ["ipykernel_launcher", *argv], "env": dict(os.environ), "cwd": os.getcwd()})
-    payload = request.encode()
+    request = {"argv": own_argv if python else ["ipykernel_launcher", *argv], "env": dict(os.environ),
+               "cwd": os.getcwd(), "python": python}
+    payload = json.dumps(request).encode()
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     reader = conn.makefile("r")
-    try:
-        conn.connect(path)
-        socket.send_fds(conn, [HEADER.pack(len(payload))], [0, 1, 2])
-        conn.sendall(payload)
-        line = reader.readline()
-    except (OSError, ValueError):  # no server at that path, or it closed the connection
-        line = ""
+    line = ""
+    if not python or _python_code(argv) is not None:
+        try:
+            conn.connect(path)
+            socket.send_fds(conn, [HEADER.pack(len(payload))], [0, 1, 2])
+            conn.sendall(payload)
+            line = reader.readline()
+        except (OSError, ValueError):  # no server at that path, or it closed the connection
+            line = ""
     if not line.strip().isdigit():  # no server, or it declined (a GPU build of torch): start as usual
         reader.close()
         conn.close()
-        os.execv(sys.executable, [sys.executable, *kernel_argv])
+        os.execv(sys.executable, [sys.executable, *own_argv])
     pid = int(line)
 
     def forward(signum, frame):
@@ -154,7 +180,8 @@ def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
 
 
 def _become_kernel(request: dict, fds: list[int], keep_none_of: list[int]) -> None:
-    """In the forked child: take the launcher's streams, environment and folder, then run ipykernel.
+    """In the forked child: take the launcher's streams, environment and folder, then run ipykernel (or,
+    for a ``python`` request, the code of ``python -u -c CODE``).
 
     Never returns: whatever happens, the child exits here (returning would run the server's loop, and its
     clean-up, in the child)."""
@@ -172,15 +199,19 @@ def _become_kernel(request: dict, fds: list[int], keep_none_of: list[int]) -> No
             os.close(fd)
         os.environ.clear()
         os.environ.update(request["env"])
-        _follow_environment(os.environ)
+        python = bool(request.get("python"))
+        _follow_environment(os.environ, kernel=not python)
         os.chdir(request["cwd"])
-        sys.argv = list(request["argv"])
-        sys.path[0] = request["cwd"]  # as `python -m` sets it
         import random
 
         random.seed()
         if "numpy.random" in sys.modules:
             sys.modules["numpy.random"].seed()
+        if python:
+            _run_python(request["argv"])
+            return
+        sys.argv = list(request["argv"])
+        sys.path[0] = request["cwd"]  # as `python -m` sets it
         from ipykernel import kernelapp
 
         # ipykernel read its parent's PID from the environment when the server imported it: say it again
@@ -203,16 +234,54 @@ def _become_kernel(request: dict, fds: list[int], keep_none_of: list[int]) -> No
         os._exit(status)
 
 
-def _follow_environment(environ) -> None:
-    """What the server's imports read from *its* environment, read again from the kernel's: matplotlib's
-    backend (``MPLBACKEND``, else the inline backend that ipykernel sets for every kernel)."""
+def _run_python(argv: list[str]) -> None:
+    """What ``python [-u] [-B] -c CODE [ARG ...]`` does once started: fresh standard streams, ``sys.argv`` and
+    ``sys.path[0]`` as ``-c`` sets them, and CODE run in a new ``__main__`` module."""
+    import io
+    import types
+
+    code = _python_code(argv)
+    if code is None:
+        raise SystemExit(f"kernel_server: cannot run {argv!r} (only [-u] [-B] -c CODE)")
+    unbuffered = "-u" in argv[: argv.index("-c")]
+    sys.dont_write_bytecode = sys.dont_write_bytecode or "-B" in argv[: argv.index("-c")]
+    encoding, errors = sys.stdout.encoding, sys.stdout.errors
+
+    def stream(fd, mode):
+        raw = io.FileIO(fd, mode, closefd=False)
+        if mode == "r":
+            return io.TextIOWrapper(io.BufferedReader(raw), encoding=encoding, errors=errors)
+        if unbuffered:
+            return io.TextIOWrapper(raw, encoding=encoding, errors=errors, write_through=True)
+        return io.TextIOWrapper(io.BufferedWriter(raw), encoding=encoding, errors=errors, line_buffering=True)
+
+    sys.stdin = sys.__stdin__ = stream(0, "r")
+    sys.stdout = sys.__stdout__ = stream(1, "w")
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding=encoding,
+                                                   errors="backslashreplace", line_buffering=True)
+    sys.argv = ["-c", *argv[argv.index("-c") + 2:]]
+    sys.path[0] = ""  # as `python -c` sets it: the current folder
+    main = types.ModuleType("__main__")
+    sys.modules["__main__"] = main
+    exec(compile(code, "<string>", "exec"), main.__dict__)
+
+
+def _follow_environment(environ, kernel: bool = True) -> None:
+    """What the server's imports read from *its* environment, read again from the child's: matplotlib's
+    backend (``MPLBACKEND``; else, in a kernel, the inline backend that ipykernel sets for every kernel, and
+    in plain Python what matplotlib's configuration files say, as a fresh import would read it)."""
     matplotlib = sys.modules.get("matplotlib")
     if matplotlib is None:
         return
-    backend = environ.get("MPLBACKEND") or INLINE_BACKEND
     try:
-        # stored, not switched to: the backend module is imported on first use, once the kernel runs
-        matplotlib.rcParams["backend"] = matplotlib.rcParamsOrig["backend"] = backend
+        if kernel:
+            backend = environ.get("MPLBACKEND") or INLINE_BACKEND
+            # stored, not switched to: the backend module is imported on first use, once the kernel runs
+            matplotlib.rcParams["backend"] = matplotlib.rcParamsOrig["backend"] = backend
+        elif environ.get("MPLBACKEND"):
+            matplotlib.rcParams["backend"] = environ["MPLBACKEND"]
+        else:
+            matplotlib.rcParams._set("backend", matplotlib.rcParamsOrig._get("backend"))
     except ValueError:
         # a backend matplotlib refuses: forget the import, so that the kernel's own `import matplotlib`
         # fails with matplotlib's message, as in a fresh kernel
@@ -229,6 +298,9 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD, remove_folder: bool = F
     listener.listen(64)
     print("listening", flush=True)  # launchers may connect now; they wait until the imports are done
     kernels: dict[int, socket.socket] = {}  # pid -> its launcher's connection
+    # Ctrl+C in a terminal reaches the whole foreground group, this server included: the test run and the
+    # launchers (which pass it on to their forks) act on it; the server stops when the run does.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         if _preload(preload):
             _loop(listener, kernels, request_timeout)
@@ -364,5 +436,7 @@ if __name__ == "__main__":
         preload = tuple(filter(None, args[args.index("--preload") + 1].split(","))) if "--preload" in args else PRELOAD
         timeout = float(args[args.index("--request-timeout") + 1]) if "--request-timeout" in args else REQUEST_TIMEOUT
         serve(args[1], preload, remove_folder="--remove-folder" in args, request_timeout=timeout)
+    elif args[:1] == ["--python"]:  # --python [-u] [-B] -c CODE: see python_argv()
+        launch(args[1:], python=True)
     else:
         launch(sys.argv[1:])
