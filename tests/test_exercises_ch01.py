@@ -556,7 +556,12 @@ def parameters_as_buffers(module, n):
     return copies
 
 
+def looped_over_n(module, n):
+    return nn.ModuleList(copy.deepcopy(module) for _ in n)
+
+
 CLONES_WRONG = {
+    looped_over_n: "loop over range(n), `for _ in range(n)`, not over n itself",
     repeated_object: "holds the same object more than once",
     deepcopy_of_repeated_list: "deepcopy of such a list keeps it one object",
     plain_list: "must return an nn.ModuleList, got list",

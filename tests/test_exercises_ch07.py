@@ -48,6 +48,10 @@ def one_hot_index_not_unsqueezed(labels, num_classes):       # PyTorch refuses: 
     return torch.zeros(len(labels), num_classes, device=labels.device).scatter_(1, labels, 1.0)
 
 
+def one_hot_index_as_one_row(labels, num_classes):         # (1, N): every label lands in row 0
+    return torch.zeros(len(labels), num_classes, device=labels.device).scatter_(1, labels.unsqueeze(0), 1.0)
+
+
 def one_hot_index_moved_with_to_out(labels, num_classes):    # .to(out) also converts the index to float
     out = torch.zeros(len(labels), num_classes)
     return out.scatter_(1, labels.unsqueeze(1).to(out), 1.0)
@@ -91,6 +95,7 @@ ONE_HOT_WRONG = [
     (one_hot_integer, "return a float tensor"),
     (one_hot_unsqueeze_in_place, "do not modify labels in place"),
     (one_hot_index_not_unsqueezed, "labels.unsqueeze(1)"),
+    (one_hot_index_as_one_row, "only row 0 was written, with a 1 for every label"),
     (one_hot_index_moved_with_to_out, ".to(out) converts the dtype too"),
     (one_hot_default_device, "create every new tensor on labels.device"),
     (one_hot_from_empty, "not torch.empty"),

@@ -58,6 +58,9 @@ _KNOWN_CAUSES = (
     ("already exists",
      "register_buffer and register_parameter refuse a name that is already a plain attribute of the module: "
      "drop the plain assignment (self.mean = mean) and register the tensor under that name instead"),
+    ("'int' object is not iterable",
+     "a number was looped over (or unpacked) where a sequence is needed: to do something n times, loop over "
+     "range(n), `for _ in range(n)`, not over n itself"),
     ("Expected more than 1 value per channel when training",
      "a batch norm layer in training mode needs more than one sample to compute a batch's statistics: run "
      "the network on the whole example batch"),

@@ -281,6 +281,12 @@ def check_one_hot(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
         "whatever the new memory held (NaN here: the check fills new memory with NaN)",
     )
     expect(
+        torch.equal(out, want) or bool(out[1:].any()) or not out[0].bool().equal(want.bool().any(0)),
+        "only row 0 was written, with a 1 for every label: the index had shape (1, N) (labels.unsqueeze(0)). "
+        "Along dim=1, index[i][j] says which column of row i to write, so it needs one row per label, "
+        "shape (N, 1): labels.unsqueeze(1)",
+    )
+    expect(
         torch.equal(out, want),
         "row i must hold a single 1, in column labels[i]: scatter along dim=1 "
         "(zeros of shape (N, C), then .scatter_(1, labels.unsqueeze(1), 1.0)), not along dim=0",
