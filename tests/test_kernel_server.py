@@ -1,4 +1,4 @@
-"""Kernels forked from the test run's kernel server behave like fresh kernels (tools/kernel_server.py).
+"""Kernels and workers forked from the test run's kernel server behave like fresh ones (tools/kernel_server.py).
 
 The server here preloads a light module instead of torch, so these tests start fast; the mechanism is
 the same one the notebook run uses.

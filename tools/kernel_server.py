@@ -1,4 +1,5 @@
-"""Notebook kernels for the test run, forked from one process that has already imported torch.
+"""Notebook kernels and pytest-xdist workers for the test run, forked from one process that has already
+imported torch.
 
 Why. The regression run starts a fresh Jupyter kernel for every chapter, and a fresh kernel spends about
 3 s of CPU before its first lesson line: Python, ipykernel and ``import torch``. On a two-core machine a
