@@ -89,10 +89,10 @@ def python_argv() -> list[str]:
 
 def _python_code(argv: list[str]) -> str | None:
     """The ``CODE`` of ``[-u] [-B] -c CODE [ARG ...]``, the only command lines a fork runs; else None."""
-    options = [a for a in argv[: argv.index("-c")] if a in ("-u", "-B")] if "-c" in argv else None
-    if options is None or len(options) != argv.index("-c") or argv.index("-c") + 1 >= len(argv):
+    at = argv.index("-c") if "-c" in argv else len(argv)
+    if at + 1 >= len(argv) or any(option not in ("-u", "-B") for option in argv[:at]):
         return None
-    return argv[argv.index("-c") + 1]
+    return argv[at + 1]
 
 
 def start_server(path, preload: tuple[str, ...] | None = None, remove_folder: bool = False,
@@ -244,8 +244,9 @@ def _run_python(argv: list[str]) -> None:
     code = _python_code(argv)
     if code is None:
         raise SystemExit(f"kernel_server: cannot run {argv!r} (only [-u] [-B] -c CODE)")
-    unbuffered = "-u" in argv[: argv.index("-c")]
-    sys.dont_write_bytecode = sys.dont_write_bytecode or "-B" in argv[: argv.index("-c")]
+    at = argv.index("-c")
+    unbuffered = "-u" in argv[:at]
+    sys.dont_write_bytecode = sys.dont_write_bytecode or "-B" in argv[:at]
     encoding, errors = sys.stdout.encoding, sys.stdout.errors
 
     def stream(fd, mode):
@@ -260,7 +261,7 @@ def _run_python(argv: list[str]) -> None:
     sys.stdout = sys.__stdout__ = stream(1, "w")
     sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding=encoding,
                                                    errors="backslashreplace", line_buffering=True)
-    sys.argv = ["-c", *argv[argv.index("-c") + 2:]]
+    sys.argv = ["-c", *argv[at + 2:]]
     sys.path[0] = ""  # as `python -c` sets it: the current folder
     main = types.ModuleType("__main__")
     sys.modules["__main__"] = main
