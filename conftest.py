@@ -33,6 +33,10 @@ need). The run therefore forks each notebook's kernel, and each worker, from one
 imports (tools/kernel_server.py says what a notebook or a worker can and cannot tell); ``FRESH_KERNELS=1``
 starts every kernel and worker the usual way.
 
+JupyterLab. The browser tests need one (tools/lab.py), and it takes about 2.5 s of CPU to start. While the
+kernel server imports torch, in the run's first seconds, one core has nothing else to do: the run starts
+JupyterLab then, where it will run tests/test_browser.py and a Chromium is there, and stops it at the end.
+
 Timing cells. A cell tagged ``runs-alone`` measures speed, so while it runs no other test runs: every
 test holds a shared lock across the xdist workers and such a cell takes it exclusively. A turnstile lock
 keeps the other workers from slipping new tests in while it waits.
@@ -59,6 +63,8 @@ from tools import kernel_server
 sys.modules.setdefault("rfc3987_syntax", None)
 pytest_plugins = ["nbval.plugin"]
 
+from tools import lab as lab_server  # noqa: E402 - imports nbformat: after the line above
+
 try:
     import fcntl
 except ImportError:  # Windows: no flock; timing cells then share the machine like any other test
@@ -69,6 +75,7 @@ ALONE_TAG = "runs-alone"
 GPU_CELL = "gpu_cell"  # keyword on hardware-tagged items; it travels with their reports across xdist
 _LOCKS = pytest.StashKey[tuple[int, int]]()
 _SERVER = pytest.StashKey[tuple[subprocess.Popen, str]]()
+_LAB = pytest.StashKey[tuple[subprocess.Popen, str]]()
 _TALLY = {"run": 0, "skipped": 0, "failed": 0}  # GPU cells, counted where reports arrive
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -121,6 +128,8 @@ def pytest_configure(config):
         _start_kernel_server(config)
         _launch_kernels_from_the_server()
         _fork_workers_from_the_server(config)
+    if _starts_lab(config):
+        _start_lab(config)
 
 
 def pytest_unconfigure(config):
@@ -129,6 +138,12 @@ def pytest_unconfigure(config):
     # as it exits, and each would walk every object alive (about 0.15 s a time in a worker).
     gc.collect()
     gc.freeze()
+    lab = config.stash.get(_LAB, None)
+    if lab:
+        process, folder = lab
+        lab_server.stop(process)
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop(lab_server.ENV, None)
     server = config.stash.get(_SERVER, None)
     if server:
         process, folder = server
@@ -158,6 +173,36 @@ def forks_kernels(args, collect_only: bool, environ=os.environ, platform: str = 
         return False
     files = [str(arg).split("::")[0] for arg in args]
     return not files or not all(file.endswith(".py") for file in files)
+
+
+def selects(args, where: Path, root: Path, target: Path) -> bool:
+    """Whether a run with these command-line ``args`` (given in folder ``where``, no args meaning what pytest
+    then collects, which includes ``target`` here) collects the file ``target``."""
+    for arg in args or [str(root)]:
+        path = Path(str(arg).split("::")[0])
+        if not path.is_absolute():
+            path = where / path if (where / path).exists() else root / path
+        path = path.resolve()
+        if path == target or path in target.parents:
+            return True
+    return False
+
+
+def _starts_lab(config) -> bool:
+    """On the controller of a run that will run the browser tests: start their JupyterLab now."""
+    if getattr(config, "workerinput", None) is not None or config.option.collectonly:
+        return False
+    if os.environ.get(lab_server.ENV) or lab_server.chromium() is None:
+        return False  # a run inside a run has its own (or none); without Chromium the tests skip
+    target = config.rootpath / "tests" / "test_browser.py"
+    return selects(config.args, config.invocation_params.dir, config.rootpath, target)
+
+
+def _start_lab(config):
+    folder = tempfile.mkdtemp(prefix="browser-test-lab-")
+    process, lab = lab_server.start(Path(folder))
+    config.stash[_LAB] = (process, folder)
+    os.environ[lab_server.ENV] = lab_server.to_environment(lab)  # the workers, started after this, inherit it
 
 
 def _start_kernel_server(config):

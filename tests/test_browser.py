@@ -1,39 +1,33 @@
 """A learner's and a teacher's view: JupyterLab in headless Chromium runs a chapter, moving a widget redraws
 its figure, and RISE presents a chapter as a live slideshow.
 
-Both tests share one JupyterLab server (a module-scoped fixture) and one Chromium, the ``browser`` fixture
-of conftest.py, which tests/test_slides.py uses too (both modules are one xdist group, so all of them run
-on the same worker). Needs Chromium (Debian/Ubuntu: `apt-get install chromium-headless-shell`, which it
-prefers: the same engine without windows, lighter to start and run; else `chromium` or Chrome) and the
-`playwright` package from requirements.txt (it drives the system's Chromium; it downloads no browser).
-Without them the tests are skipped with that message, unless REQUIRE_BROWSER=1 (set by CI), which turns
-the skip into a failure. tests/test_slides.py uses the same Chromium for the exported decks.
+Both tests share one JupyterLab server (tools/lab.py: the test run starts it early, see conftest.py) and
+one Chromium, the ``browser`` fixture of conftest.py, which tests/test_slides.py uses too (both modules are
+one xdist group, so all of them run on the same worker). Needs Chromium (Debian/Ubuntu: `apt-get install
+chromium-headless-shell`, which it prefers: the same engine without windows, lighter to start and run; else
+`chromium` or Chrome) and the `playwright` package from requirements.txt (it drives the system's Chromium;
+it downloads no browser). Without them the tests are skipped with that message, unless REQUIRE_BROWSER=1
+(set by CI), which turns the skip into a failure. tests/test_slides.py uses the same Chromium for the
+exported decks.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import secrets
-import shutil
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
-from collections.abc import Callable
-from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlparse
 
-import nbformat
 import pytest
 
-from tools import course, kernel_server
+from tools import lab as lab_server
 
 pytestmark = pytest.mark.xdist_group("browser")
 
-CHAPTER = course.BY_NUMBER["02"]  # the init explorer (a slider and dropdowns redrawing a figure), and formulas
+CHAPTER = lab_server.CHAPTER  # the init explorer (a slider and dropdowns redrawing a figure), and formulas
 # The explorer's figure: an ipywidgets Image (or an image inside an Output widget).
 IMAGE = "img.widget-image, .widget-output img"
 FIGURE = ".jp-CodeCell img.widget-image, .jp-CodeCell .widget-output img"
@@ -57,24 +51,9 @@ PRESENT = """() => {
 }"""
 
 
-#: ``jupyter lab``, minus two costs of its start that these tests never use. jsonschema's optional IRI checker:
-#: Jupyter's event schemas use no IRI format, and its grammar (rfc3987-syntax) takes over a second to build
-#: (conftest.py skips it in the test workers too). And the npm registry, which JupyterLab asks yarn for (a
-#: Node.js process) as it is imported: only installing an extension needs it.
-LAB = """
-import sys
-sys.modules["rfc3987_syntax"] = None
-import jupyterlab.commands
-jupyterlab.commands._yarn_config = lambda logger: {"yarn config": {}, "npm config": {}}
-from jupyterlab.labapp import main
-sys.exit(main())
-"""
-
-
 def chromium_or_skip() -> str:
     """The system's Chromium, with playwright to drive it; else skip (or fail under REQUIRE_BROWSER=1)."""
-    names = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome")
-    path = next(filter(None, map(shutil.which, names)), None)
+    path = lab_server.chromium()
     problem = None
     if path is None:
         problem = "Chromium not found (Debian/Ubuntu: apt-get install chromium-headless-shell)"
@@ -90,93 +69,37 @@ def chromium_or_skip() -> str:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class Lab:
-    base: str
-    token: str
-    ready: Callable[[], None]  # returns once the server answers
-    nb: nbformat.NotebookNode  # the notebook it serves
-
-    def url(self, ch: course.Chapter) -> str:
-        return f"{self.base}/lab/tree/{ch.file}?token={self.token}"
-
-
-def excerpt():
-    """The chapter's opening (title, navigation, what you will learn, the setup) and its explorer section,
-    with the generated parts and slide metadata as ``sync`` makes them: what a learner and a teacher see of
-    the chapter, at a fraction of the cost of running and rendering all of it."""
-    nb = course.synced(CHAPTER, nbformat.read(CHAPTER.path, as_version=4))
-    explorer = next(i for i, c in enumerate(nb.cells) if "build_ui(" in c.source)
-    footer = [c for c in nb.cells if "nav-footer" in c.metadata.get("tags", [])]
-    nb.cells = nb.cells[:4] + nb.cells[explorer - 1:explorer + 1] + footer
-    assert "setup" in nb.cells[3].metadata["tags"] and nb.cells[4].source.startswith("## ")
-    course._set_slideshow(nb, nb.cells)
-    return nb
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    """One JupyterLab on loopback for the module, serving the chapter's excerpt (autosave must not touch
-    the checkout). It starts while Chromium does; :func:`notebook` waits until it answers."""
-    root = tmp_path_factory.mktemp("lab")
-    nb = excerpt()
-    (root / CHAPTER.file).write_text(nbformat.writes(nb))
-    settings = root / "settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)
-    (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false",
-                                                                           "checkForUpdates": False}))
-    # No build check: the page would ask the server whether JupyterLab needs rebuilding, and the server would
-    # ask yarn (a Node.js process) for its configuration to find out. Nothing here is ever rebuilt.
-    labconfig = root / "config" / "labconfig"
-    labconfig.mkdir(parents=True)
-    (labconfig / "page_config.json").write_text(json.dumps({"buildCheck": False, "buildAvailable": False}))
-    port, token = _free_port(), secrets.token_hex(16)
-    # The notebook's kernel, "python3", starts through the test run's kernel server like nbval's kernels (a
-    # fork that has imported torch already; conftest.py), or the usual way where the run has none.
-    kernel = root / "share" / "kernels" / "python3"
-    kernel.mkdir(parents=True)
-    (kernel / "kernel.json").write_text(json.dumps({"argv": kernel_server.launcher_argv(),
-                                                    "display_name": "Python 3 (ipykernel)",
-                                                    "language": "python", "metadata": {"debugger": True}}))
-    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(root / "config"), JUPYTER_RUNTIME_DIR=str(root / "rt"),
-               JUPYTER_PATH=os.pathsep.join(filter(None, [str(root / "share"), os.environ.get("JUPYTER_PATH")])),
-               JUPYTERLAB_WORKSPACES_DIR=str(root / "ws"), JUPYTERLAB_SETTINGS_DIR=str(root / "settings"),
-               CUDA_VISIBLE_DEVICES="")
-    log_path = root / "lab.log"
-    log = open(log_path, "w")  # noqa: SIM115 - closed below
-    server = subprocess.Popen(
-        [sys.executable, "-c", LAB, "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",
-         f"--ServerApp.port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-         "--LabApp.extension_manager=readonly", "--LabApp.news_url=None",
-         "--ServerApp.jpserver_extensions={'jupyter_lsp': False, 'jupyter_server_terminals': False}"],
-        stdout=log, stderr=subprocess.STDOUT, env=env,
-    )
-    def ready():
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=1)
-                return
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("JupyterLab did not start: " + log_path.read_text()[-2000:]) from None
-                time.sleep(0.1)
-
+    """One JupyterLab on loopback for the module, serving the chapter's excerpt (tools/lab.py): the one the
+    test run started at its beginning for the workers (conftest.py), else one of its own. It starts while
+    Chromium does; :func:`notebook` waits until it answers."""
+    early = lab_server.from_environment()
+    if early is not None:
+        yield early  # the test run stops it
+        return
+    server, lab = lab_server.start(tmp_path_factory.mktemp("lab"))
     try:
-        yield Lab(f"http://127.0.0.1:{port}", token, ready, nb)
+        yield lab
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
+        lab_server.stop(server)
+
+
+def test_the_labs_address_reaches_the_workers_whole():
+    lab = lab_server.Lab("http://127.0.0.1:8123", "0123abcd", Path("/tmp/some lab"), 4321)
+    assert lab_server.from_environment({lab_server.ENV: lab_server.to_environment(lab)}) == lab
+    assert lab_server.from_environment({}) is None
+
+
+def test_a_lab_that_stopped_is_reported_at_once_with_its_log(tmp_path):
+    (tmp_path / "lab.log").write_text("OSError: [Errno 98] Address already in use")
+    gone = subprocess.run([sys.executable, "-S", "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    lab = lab_server.Lab("http://127.0.0.1:9", "t", tmp_path, int(gone.stdout))  # port 9: nothing answers
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="did not start: OSError: .Errno 98. Address already in use"):
+        lab.ready(timeout=60)
+    assert time.monotonic() - started < 30, "it waited for the deadline, not for the process"
 
 
 @pytest.fixture(scope="module")

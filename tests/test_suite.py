@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,6 +16,7 @@ import nbformat
 import pytest
 
 import conftest
+from tools import kernel_server
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,9 +39,13 @@ def test_a_gpu_run_cannot_be_green_by_skipping_and_outputs_are_compared(tmp_path
     for count, cell in enumerate(nb.cells, start=1):
         cell.execution_count = count
     nbformat.write(nb, tmp_path / "probe.ipynb")
-    env = {**os.environ, "REQUIRE_GPUS": "1", "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "REQUIRE_GPUS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    # `python -m pytest`, with this checkout first on sys.path (for `-p conftest`), as a fork of the run's
+    # kernel server where there is one (torch imported already), else a fresh Python.
+    pytest_main = f"import sys; sys.path.insert(0, {str(ROOT)!r}); import pytest; sys.exit(pytest.console_main())"
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path),
+        [*kernel_server.python_argv(), "-c", pytest_main, "-c", str(ROOT / "pyproject.toml"),
+         "--rootdir", str(tmp_path),
          "-p", "conftest", "-n", "0", "-q", "-rfs",
          "--nbval-sanitize-with", str(ROOT / "tests" / "sanitize.cfg"), "probe.ipynb"],
         cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env,
@@ -139,3 +143,22 @@ def test_collected_objects_are_frozen_and_nbval_formats_messages_only_for_its_de
     assert lazy is not None and not isinstance(lazy, str)  # nothing formatted yet...
     assert str(lazy) == pprint.pformat(message)  # ...and the log line, when written, reads as before
     assert not logging.getLogger("nbval").isEnabledFor(logging.DEBUG)
+
+
+@pytest.mark.parametrize("args, where, selected", [
+    ([], ".", True),  # the README's command: testpaths
+    ([], "notebooks", True),  # no arguments: pytest collects from the root (rootdir's testpaths)
+    (["tests"], ".", True),
+    (["tests/test_browser.py::test_widget_redraws_in_jupyterlab"], ".", True),
+    (["test_browser.py"], "tests", True),
+    (["."], "tests", True),
+    (["{root}"], "/", True),  # pytest /path/to/checkout
+    (["notebooks"], ".", False),
+    (["01_layers_and_blocks.ipynb"], "notebooks", False),
+    (["tests/test_slides.py", "tests/test_timing.py"], ".", False),
+    (["../notebooks"], "tests", False),
+])
+def test_the_run_starts_jupyterlab_early_only_where_the_browser_tests_run(args, where, selected):
+    args = [a.format(root=ROOT) for a in args]
+    target = ROOT / "tests" / "test_browser.py"
+    assert conftest.selects(args, ROOT / where, ROOT, target) is selected
