@@ -17,6 +17,7 @@ from unittest import mock
 import pytest
 import torch
 
+from tools import kernel_server
 from utils import devices, doctor
 from utils.doctor import Accelerator, Facts, advice, gather, render
 from utils.fake_gpus import fake_gpus
@@ -333,9 +334,9 @@ def test_gather_runs_no_program(gpus):
 
 def test_command_runs_and_exits_0_without_nvidia_smi():
     env = {**os.environ, "PATH": os.path.dirname(sys.executable)}  # no nvidia-smi on this PATH
-    result = subprocess.run(
-        [sys.executable, "-m", "utils.doctor"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
-    )
+    # `python -m utils.doctor`, forked from the test run's kernel server where there is one (torch imported)
+    result = subprocess.run([*kernel_server.python_argv(), "-m", "utils.doctor"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert f"torch                 {torch.__version__}" in result.stdout
     assert "Advice\n- " in result.stdout

@@ -344,12 +344,24 @@ def test_a_forked_python_runs_its_code_as_python_dash_c_would(server, tmp_path):
     assert facts["backend"] == ("auto" if configured is matplotlib.rcsetup._auto_backend_sentinel else configured)
 
 
+def test_a_forked_python_runs_a_module_as_python_dash_m_would(server, tmp_path):
+    (tmp_path / "probe.py").write_text(PYTHON_PROBE, encoding="utf-8")
+    facts, status, launcher = run_python(["-m", "probe", "a", "b"], tmp_path, {"STATUS": "4"})
+    assert status == 4 and facts["pid"] != launcher and facts["preloaded"]  # a fork of the server
+    assert facts["argv"] == [str(tmp_path / "probe.py"), "a", "b"] and facts["path0"] == str(tmp_path)
+    assert facts["main"] == ["_name", "json", "line", "mpl", "os", "sys"] and facts["line"] == "first line\n"
+    plain = subprocess.run([sys.executable, "-m", "probe", "a", "b"], cwd=tmp_path, input="first line\n",
+                           capture_output=True, text=True, timeout=60)
+    fresh = json.loads(plain.stdout)
+    assert (fresh["argv"], fresh["path0"], fresh["main"]) == (facts["argv"], facts["path0"], facts["main"])
+
+
 @pytest.mark.parametrize("where", ["no server", "other arguments"])
 def test_a_python_the_server_does_not_fork_is_an_ordinary_one(server, tmp_path, monkeypatch, where):
     if where == "no server":
         monkeypatch.setenv(kernel_server.ENV, str(tmp_path / "no-server"))
         argv = ["-u", "-c", PYTHON_PROBE, "a"]
-    else:  # only [-u] [-B] -c CODE is forked; anything else is the interpreter's to run
+    else:  # only [-u] [-B] -c CODE or -m MODULE is forked; anything else is the interpreter's to run
         (tmp_path / "probe.py").write_text(PYTHON_PROBE, encoding="utf-8")
         argv = ["-u", "probe.py", "a"]
     facts, status, launcher = run_python(argv, tmp_path)

@@ -36,8 +36,10 @@ tools/kernel_server.py --python`` (:func:`python_argv`), which sends ``-u -c COD
 worker) to the server; the fork runs CODE as ``python -u -c CODE`` would, in a new ``__main__`` with fresh
 standard streams, ``sys.argv`` and ``sys.path[0]``. A worker sees the server's imports in ``sys.modules``
 (torch, ``torch._dynamo``, ipykernel, pyplot), matplotlib's backend as its own environment and
-configuration set it (not the kernels' inline one), and the server's hash seed; any other command line, or no
-server, execs the interpreter with the same arguments.
+configuration set it (not the kernels' inline one), and the server's hash seed. A few tests start Python
+programs the same way (``python -m MODULE`` runs as it would too), where a fresh interpreter is not what
+they test. Any other command line, or no server, execs the interpreter with the same arguments. Unlike a new
+interpreter, a fork does not read ``PYTHONPATH`` and the other ``PYTHON*`` variables again: the server's apply.
 
 Each kernel has its own session and process group, as jupyter_client gives a fresh kernel, and is killed
 with its group, i.e. with the processes it started. If the launcher is killed (``shutdown_kernel(now=True)``
@@ -82,17 +84,19 @@ def launcher_argv() -> list[str]:
 
 
 def python_argv() -> list[str]:
-    """An interpreter, for a program that starts ``python -u -c CODE`` (pytest-xdist's workers): given
-    those arguments, it runs ``CODE`` in a fork of the server, or execs that very command without one."""
+    """An interpreter, for a program that starts ``python -u -c CODE`` (pytest-xdist's workers) or ``python -m
+    MODULE``: given those arguments, it runs them in a fork of the server, or execs that very command without
+    one."""
     return [sys.executable, "-S", os.path.abspath(__file__), "--python"]
 
 
-def _python_code(argv: list[str]) -> str | None:
-    """The ``CODE`` of ``[-u] [-B] -c CODE [ARG ...]``, the only command lines a fork runs; else None."""
-    at = argv.index("-c") if "-c" in argv else len(argv)
+def _python_command(argv: list[str]) -> tuple[str, str] | None:
+    """``("-c", CODE)`` or ``("-m", MODULE)`` for ``[-u] [-B] -c CODE [ARG ...]`` or ``[-u] [-B] -m MODULE [ARG
+    ...]``, the only command lines a fork runs; else None."""
+    at = next((i for i, arg in enumerate(argv) if arg in ("-c", "-m")), len(argv))
     if at + 1 >= len(argv) or any(option not in ("-u", "-B") for option in argv[:at]):
         return None
-    return argv[at + 1]
+    return argv[at], argv[at + 1]
 
 
 def start_server(path, preload: tuple[str, ...] | None = None, remove_folder: bool = False,
@@ -131,7 +135,7 @@ def launch(argv: list[str], python: bool = False) -> None:
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     reader = conn.makefile("r")
     line = ""
-    if not python or _python_code(argv) is not None:
+    if not python or _python_command(argv) is not None:
         try:
             conn.connect(path)
             socket.send_fds(conn, [HEADER.pack(len(payload))], [0, 1, 2])
@@ -182,7 +186,7 @@ def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
 
 def _become_kernel(request: dict, fds: list[int], keep_none_of: list[int]) -> None:
     """In the forked child: take the launcher's streams, environment and folder, then run ipykernel (or,
-    for a ``python`` request, the code of ``python -u -c CODE``).
+    for a ``python`` request, what ``python -u -c CODE`` or ``python -m MODULE`` runs).
 
     Never returns: whatever happens, the child exits here (returning would run the server's loop, and its
     clean-up, in the child)."""
@@ -236,15 +240,17 @@ def _become_kernel(request: dict, fds: list[int], keep_none_of: list[int]) -> No
 
 
 def _run_python(argv: list[str]) -> None:
-    """What ``python [-u] [-B] -c CODE [ARG ...]`` does once started: fresh standard streams, ``sys.argv`` and
-    ``sys.path[0]`` as ``-c`` sets them, and CODE run in a new ``__main__`` module."""
+    """What ``python [-u] [-B] -c CODE [ARG ...]`` (or ``-m MODULE``) does once started: fresh standard streams,
+    ``sys.argv`` and ``sys.path[0]`` as ``-c`` (or ``-m``) sets them, and CODE run in a new ``__main__`` module
+    (or MODULE run as ``__main__``, as ``python -m`` runs it)."""
     import io
     import types
 
-    code = _python_code(argv)
-    if code is None:
-        raise SystemExit(f"kernel_server: cannot run {argv!r} (only [-u] [-B] -c CODE)")
-    at = argv.index("-c")
+    command = _python_command(argv)
+    if command is None:
+        raise SystemExit(f"kernel_server: cannot run {argv!r} (only [-u] [-B] -c CODE or -m MODULE)")
+    option, target = command
+    at = argv.index(option)
     unbuffered = "-u" in argv[:at]
     sys.dont_write_bytecode = sys.dont_write_bytecode or "-B" in argv[:at]
     encoding, errors = sys.stdout.encoding, sys.stdout.errors
@@ -261,11 +267,18 @@ def _run_python(argv: list[str]) -> None:
     sys.stdout = sys.__stdout__ = stream(1, "w")
     sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding=encoding,
                                                    errors="backslashreplace", line_buffering=True)
+    if option == "-m":
+        import runpy
+
+        sys.argv = [target, *argv[at + 2:]]  # runpy puts the module's file in sys.argv[0], as `python -m` does
+        sys.path[0] = os.getcwd()  # as `python -m` sets it: the current folder, in full
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
+        return
     sys.argv = ["-c", *argv[at + 2:]]
     sys.path[0] = ""  # as `python -c` sets it: the current folder
     main = types.ModuleType("__main__")
     sys.modules["__main__"] = main
-    exec(compile(code, "<string>", "exec"), main.__dict__)
+    exec(compile(target, "<string>", "exec"), main.__dict__)
 
 
 def _follow_environment(environ, kernel: bool = True) -> None:
@@ -438,7 +451,7 @@ if __name__ == "__main__":
         preload = tuple(filter(None, args[args.index("--preload") + 1].split(","))) if "--preload" in args else PRELOAD
         timeout = float(args[args.index("--request-timeout") + 1]) if "--request-timeout" in args else REQUEST_TIMEOUT
         serve(args[1], preload, remove_folder="--remove-folder" in args, request_timeout=timeout)
-    elif args[:1] == ["--python"]:  # --python [-u] [-B] -c CODE: see python_argv()
+    elif args[:1] == ["--python"]:  # --python [-u] [-B] -c CODE (or -m MODULE): see python_argv()
         launch(args[1:], python=True)
     else:
         launch(sys.argv[1:])
