@@ -327,33 +327,33 @@ def test_atomic_write_keeps_the_old_file_when_the_writer_fails(tmp_path):
 # --- what a killed save leaves behind ---------------------------------------------------------------
 
 KILLED_SAVE = """
-import sys, time
+import os, signal, sys
 from utils.checkpoint import atomic_write
 
 def write(file):
     file.write(b"half a checkpoint" * 1000)
     file.flush()
-    print("writing", flush=True)
-    time.sleep(120)  # killed here, half-way through the save
+    print(os.getpid(), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # killed here, half-way through the save
 
 atomic_write(sys.argv[1], write)
 """
 
 
 def killed_save(path: Path) -> int:
-    """Start a save to ``path`` in another process, SIGKILL it half-way through; return its process id."""
+    """Start a save to ``path`` in another process that is SIGKILLed half-way through; return its process id.
+
+    The process is a fork of the test run's kernel server where there is one (torch imported already), else a
+    fresh Python; either way, once its launcher has exited, the killed process is gone."""
     import signal
     import subprocess
-    import sys
 
-    child = subprocess.Popen([sys.executable, "-c", KILLED_SAVE, str(path)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout.readline().strip() == "writing"
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait(timeout=30)
-        child.stdout.close()
-    return child.pid
+    from tools import kernel_server
+
+    command = [*kernel_server.python_argv(), "-c", KILLED_SAVE, str(path)]
+    child = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+    return int(child.stdout)
 
 
 @pytest.mark.skipif(os.name != "posix", reason="SIGKILL and process ids as used here are POSIX")

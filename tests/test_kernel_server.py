@@ -356,6 +356,15 @@ def test_a_forked_python_runs_a_module_as_python_dash_m_would(server, tmp_path):
     assert (fresh["argv"], fresh["path0"], fresh["main"]) == (facts["argv"], facts["path0"], facts["main"])
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_a_fork_killed_by_a_signal_takes_its_launcher_with_it_by_the_same_signal(server, tmp_path, signum):
+    code = f"import os, signal; print(os.getpid(), flush=True); os.kill(os.getpid(), {int(signum)})"
+    done = subprocess.run([*kernel_server.python_argv(), "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == -signum, done.stderr[-2000:]
+    assert done.stderr == "" and int(done.stdout) != 0
+
+
 @pytest.mark.parametrize("where", ["no server", "other arguments"])
 def test_a_python_the_server_does_not_fork_is_an_ordinary_one(server, tmp_path, monkeypatch, where):
     if where == "no server":

@@ -157,7 +157,8 @@ def launch(argv: list[str], python: bool = False) -> None:
     line = reader.readline()  # "exit STATUS" when the kernel has exited; "" if the server went away
     status = int(line.split()[1]) if line.startswith("exit ") else 1
     if status < 0:  # the kernel died of a signal: so does its launcher, as jupyter_client expects
-        signal.signal(-status, signal.SIG_DFL)
+        if -status not in (signal.SIGKILL, signal.SIGSTOP):  # those two have no handler to reset
+            signal.signal(-status, signal.SIG_DFL)
         os.kill(os.getpid(), -status)
     sys.exit(status)
 
