@@ -122,7 +122,7 @@ def start(root: Path) -> tuple[subprocess.Popen, Lab]:
              f"--ServerApp.port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
              "--LabApp.extension_manager=readonly", "--LabApp.news_url=None",
              "--ServerApp.jpserver_extensions={'jupyter_lsp': False, 'jupyter_server_terminals': False}"],
-            stdout=log, stderr=subprocess.STDOUT, env=env,
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
         )
     return server, Lab(f"http://127.0.0.1:{port}", token, root, server.pid)
 
