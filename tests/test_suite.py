@@ -146,8 +146,9 @@ def test_collected_objects_are_frozen_and_nbval_formats_messages_only_for_its_de
 
 
 @pytest.mark.parametrize("args, where, selected", [
-    ([], ".", True),  # the README's command: testpaths
-    ([], "notebooks", True),  # no arguments: pytest collects from the root (rootdir's testpaths)
+    (["tests", "notebooks"], ".", True),  # the README's command: pytest puts the testpaths in its arguments
+    (["{root}/notebooks"], "notebooks", False),  # `cd notebooks && pytest`: pytest puts the folder there
+    ([], ".", True),  # no arguments at all: the whole checkout
     (["tests"], ".", True),
     (["tests/test_browser.py::test_widget_redraws_in_jupyterlab"], ".", True),
     (["test_browser.py"], "tests", True),
