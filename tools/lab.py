@@ -5,7 +5,7 @@ Why a module of its own. Starting JupyterLab costs about 2.5 s of CPU, and the t
 one core has nothing to do: its first seconds, while the kernel server imports torch and no test can
 start. So ``conftest.py`` starts this server then, on the run's main process (:func:`start`), and hands
 its address to the workers through ``$BROWSER_TEST_LAB`` (:func:`from_environment`); the test's fixture
-starts one itself where the run did not (a single test file, or the test run inside a run).
+starts one itself where the run has none (its arguments did not name tests/test_browser.py by path).
 
 Only the standard library, nbformat and the other tools: the main process imports this before any test.
 """
