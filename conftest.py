@@ -33,6 +33,9 @@ need). The run therefore forks each notebook's kernel, and each worker, from one
 imports (tools/kernel_server.py says what a notebook or a worker can and cannot tell); ``FRESH_KERNELS=1``
 starts every kernel and worker the usual way.
 
+IPython. The run's kernels get an IPython directory of their own (``IPYTHONDIR``, a temporary folder), with
+their input history kept in memory: no one's profile reaches a lesson, and ~/.ipython is left alone.
+
 JupyterLab. The browser tests need one (tools/lab.py), and it takes about 2.5 s of CPU to start. While the
 kernel server imports torch, in the run's first seconds, one core has nothing else to do: the run starts
 JupyterLab then, where it will run tests/test_browser.py and a Chromium is there, and stops it at the end.
@@ -76,6 +79,7 @@ GPU_CELL = "gpu_cell"  # keyword on hardware-tagged items; it travels with their
 _LOCKS = pytest.StashKey[tuple[int, int]]()
 _SERVER = pytest.StashKey[tuple[subprocess.Popen, str]]()
 _LAB = pytest.StashKey[tuple[subprocess.Popen, str]]()
+_IPYTHON = pytest.StashKey[tuple[str, str | None]]()
 _TALLY = {"run": 0, "skipped": 0, "failed": 0}  # GPU cells, counted where reports arrive
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -124,6 +128,7 @@ def pytest_configure(config):
     _TALLY.update(run=0, skipped=0, failed=0)
     config.addinivalue_line("markers", f"{GPU_CELL}: a notebook cell that needs a GPU")
     _quiet_nbval_logging()
+    _isolate_ipython(config)
     if forks_kernels(config.args, config.option.collectonly):
         _start_kernel_server(config)
         _launch_kernels_from_the_server()
@@ -151,6 +156,14 @@ def pytest_unconfigure(config):
         process.wait(timeout=30)
         shutil.rmtree(folder, ignore_errors=True)
         os.environ.pop(kernel_server.ENV, None)
+    ipython = config.stash.get(_IPYTHON, None)
+    if ipython:
+        folder, before = ipython
+        shutil.rmtree(folder, ignore_errors=True)
+        if before is None:
+            os.environ.pop("IPYTHONDIR", None)
+        else:
+            os.environ["IPYTHONDIR"] = before
 
 
 def auto_workers(cores: int | None, environ=os.environ) -> int | None:
@@ -173,6 +186,20 @@ def forks_kernels(args, collect_only: bool, environ=os.environ, platform: str = 
         return False
     files = [str(arg).split("::")[0] for arg in args]
     return not files or not all(file.endswith(".py") for file in files)
+
+
+def _isolate_ipython(config):
+    """On the controller: the kernels' IPython directory is a new one for the run, with the history kept in
+    memory. No one's startup files or settings reach a lesson, and the run writes nothing to ~/.ipython (each
+    kernel would add its cells to the history database there, and ten kernels would take turns locking it)."""
+    if getattr(config, "workerinput", None) is not None or config.option.collectonly:
+        return
+    folder = tempfile.mkdtemp(prefix="ipython-")
+    profile = Path(folder, "profile_default")
+    profile.mkdir()
+    (profile / "ipython_kernel_config.py").write_text('c.HistoryManager.hist_file = ":memory:"\n', encoding="utf-8")
+    config.stash[_IPYTHON] = (folder, os.environ.get("IPYTHONDIR"))
+    os.environ["IPYTHONDIR"] = folder  # the kernels, JupyterLab's included, and the workers inherit it
 
 
 def selects(args, where: Path, root: Path, target: Path) -> bool:
