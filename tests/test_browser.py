@@ -113,7 +113,7 @@ def notebook(lab, browser):
     page.close()
 
 
-def test_widget_redraws_in_jupyterlab(notebook, tmp_path):
+def test_widget_redraws_in_jupyterlab(lab, notebook, tmp_path):
     page = notebook
     # the kernel started and connected ("No Kernel | Initializing" until then: Run All would do nothing)
     page.locator(".jp-StatusBar-TextItem", has_text=re.compile(r"ipykernel\) \| Idle$")).wait_for(timeout=60_000)
@@ -150,6 +150,8 @@ def test_widget_redraws_in_jupyterlab(notebook, tmp_path):
     page.screenshot(path=str(tmp_path / "after.png"))
     assert errors.count() == 0, errors.first.inner_text()
     assert (tmp_path / "after.png").stat().st_size > 10_000
+    # the notebook's trust signature went to the lab's own data folder, not to the user's (~/.local/share/jupyter)
+    assert (lab.root / "data" / "nbsignatures.db").is_file()
 
 
 def test_rise_presents_the_chapter_as_a_live_slideshow(lab, notebook, tmp_path):

@@ -111,7 +111,10 @@ def start(root: Path) -> tuple[subprocess.Popen, Lab]:
     kernel.mkdir(parents=True)
     _write_json(kernel / "kernel.json", {"argv": kernel_server.launcher_argv(), "display_name": "Python 3 (ipykernel)",
                                          "language": "python", "metadata": {"debugger": True}})
-    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(root / "config"), JUPYTER_RUNTIME_DIR=str(root / "rt"),
+    # Every Jupyter folder in ``root``: the notebook's trust signatures (data), the secrets and connection files
+    # (runtime) go there, not into the user's ~/.local/share/jupyter.
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(root / "config"), JUPYTER_DATA_DIR=str(root / "data"),
+               JUPYTER_RUNTIME_DIR=str(root / "rt"),
                JUPYTER_PATH=os.pathsep.join(filter(None, [str(root / "share"), os.environ.get("JUPYTER_PATH")])),
                JUPYTERLAB_WORKSPACES_DIR=str(root / "ws"), JUPYTERLAB_SETTINGS_DIR=str(root / "settings"),
                CUDA_VISIBLE_DEVICES="")
