@@ -213,13 +213,16 @@ def test_interrupt_reaches_the_kernel(server, start):
     while kc.get_iopub_msg(timeout=10)["msg_type"] != "stream":
         pass  # the cell is running
     reply = None
-    for _ in range(10):  # ipykernel (forked or not) misses the odd interrupt on a loaded machine: press again
+    # Press again only when the reply is long overdue: a second interrupt that lands while the kernel is still
+    # answering the first can make it drop the reply altogether (seen with two presses 0.01-0.2 s apart).
+    for _ in range(4):
         km.interrupt_kernel()
         with contextlib.suppress(queue.Empty):
-            reply = reply_to(kc, msg_id, timeout=2)
+            reply = reply_to(kc, msg_id, timeout=12)
             break
-    assert reply is not None, "ten interrupts, and the cell still runs"
-    assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+    assert reply is not None, "four interrupts, and the cell still runs"
+    assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt", "\n".join(
+        reply["content"].get("traceback", [reply["content"]]))
     for _ in range(20):  # after an error ipykernel aborts the requests that reached it meanwhile: ask again
         answer, reply = run(kc, "result = 'still here'")
         if reply["status"] != "aborted":
