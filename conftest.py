@@ -51,7 +51,6 @@ import gc
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -77,9 +76,6 @@ HARDWARE_TAGS = {"requires-cuda": 1, "requires-multi-gpu": 2}
 ALONE_TAG = "runs-alone"
 GPU_CELL = "gpu_cell"  # keyword on hardware-tagged items; it travels with their reports across xdist
 _LOCKS = pytest.StashKey[tuple[int, int]]()
-_SERVER = pytest.StashKey[tuple[subprocess.Popen, str]]()
-_LAB = pytest.StashKey[tuple[subprocess.Popen, str]]()
-_IPYTHON = pytest.StashKey[tuple[str, str | None]]()
 _TALLY = {"run": 0, "skipped": 0, "failed": 0}  # GPU cells, counted where reports arrive
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -141,29 +137,10 @@ def pytest_unconfigure(config):
     # The run is over. One full collection now, while pytest still reports what finalizers raise, then
     # freeze what survives: pytest's own clean-up collects five more times, and the interpreter once more
     # as it exits, and each would walk every object alive (about 0.15 s a time in a worker).
+    # What pytest_configure started (JupyterLab, the kernel server, the IPython folder) stops after this, in
+    # its registered clean-ups, the last started first.
     gc.collect()
     gc.freeze()
-    lab = config.stash.get(_LAB, None)
-    if lab:
-        process, folder = lab
-        lab_server.stop(process)
-        shutil.rmtree(folder, ignore_errors=True)
-        os.environ.pop(lab_server.ENV, None)
-    server = config.stash.get(_SERVER, None)
-    if server:
-        process, folder = server
-        process.stdin.close()  # the server kills any kernel left and exits
-        process.wait(timeout=30)
-        shutil.rmtree(folder, ignore_errors=True)
-        os.environ.pop(kernel_server.ENV, None)
-    ipython = config.stash.get(_IPYTHON, None)
-    if ipython:
-        folder, before = ipython
-        shutil.rmtree(folder, ignore_errors=True)
-        if before is None:
-            os.environ.pop("IPYTHONDIR", None)
-        else:
-            os.environ["IPYTHONDIR"] = before
 
 
 def auto_workers(cores: int | None, environ=os.environ) -> int | None:
@@ -198,8 +175,17 @@ def _isolate_ipython(config):
     profile = Path(folder, "profile_default")
     profile.mkdir()
     (profile / "ipython_kernel_config.py").write_text('c.HistoryManager.hist_file = ":memory:"\n', encoding="utf-8")
-    config.stash[_IPYTHON] = (folder, os.environ.get("IPYTHONDIR"))
+    before = os.environ.get("IPYTHONDIR")
     os.environ["IPYTHONDIR"] = folder  # the kernels, JupyterLab's included, and the workers inherit it
+
+    def remove():
+        shutil.rmtree(folder, ignore_errors=True)
+        if before is None:
+            os.environ.pop("IPYTHONDIR", None)
+        else:
+            os.environ["IPYTHONDIR"] = before
+
+    config.add_cleanup(remove)
 
 
 def selects(args, where: Path, root: Path, target: Path) -> bool:
@@ -228,8 +214,14 @@ def _starts_lab(config) -> bool:
 def _start_lab(config):
     folder = tempfile.mkdtemp(prefix="browser-test-lab-")
     process, lab = lab_server.start(Path(folder))
-    config.stash[_LAB] = (process, folder)
     os.environ[lab_server.ENV] = lab_server.to_environment(lab)  # the workers, started after this, inherit it
+
+    def stop():
+        lab_server.stop(process)
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop(lab_server.ENV, None)
+
+    config.add_cleanup(stop)
 
 
 def _start_kernel_server(config):
@@ -246,8 +238,15 @@ def _start_kernel_server(config):
     if process is None:
         shutil.rmtree(folder, ignore_errors=True)
         return
-    config.stash[_SERVER] = (process, folder)
     os.environ[kernel_server.ENV] = path  # the workers, started after this, inherit it
+
+    def stop():
+        process.stdin.close()  # the server kills any kernel left and exits
+        process.wait(timeout=30)
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop(kernel_server.ENV, None)
+
+    config.add_cleanup(stop)
 
 
 @pytest.hookimpl(wrapper=True)
