@@ -90,13 +90,13 @@ def python_argv() -> list[str]:
     return [sys.executable, "-S", os.path.abspath(__file__), "--python"]
 
 
-def _python_command(argv: list[str]) -> tuple[str, str] | None:
-    """``("-c", CODE)`` or ``("-m", MODULE)`` for ``[-u] [-B] -c CODE [ARG ...]`` or ``[-u] [-B] -m MODULE [ARG
-    ...]``, the only command lines a fork runs; else None."""
+def _python_command(argv: list[str]) -> tuple[list[str], str, str, list[str]] | None:
+    """``(OPTIONS, "-c", CODE, ARGS)`` or ``(OPTIONS, "-m", MODULE, ARGS)`` for ``[-u] [-B] -c CODE [ARG ...]`` or
+    ``[-u] [-B] -m MODULE [ARG ...]``, the only command lines a fork runs; else None."""
     at = next((i for i, arg in enumerate(argv) if arg in ("-c", "-m")), len(argv))
     if at + 1 >= len(argv) or any(option not in ("-u", "-B") for option in argv[:at]):
         return None
-    return argv[at], argv[at + 1]
+    return argv[:at], argv[at], argv[at + 1], argv[at + 2:]
 
 
 def start_server(path, preload: tuple[str, ...] | None = None, remove_folder: bool = False,
@@ -250,10 +250,9 @@ def _run_python(argv: list[str]) -> None:
     command = _python_command(argv)
     if command is None:
         raise SystemExit(f"kernel_server: cannot run {argv!r} (only [-u] [-B] -c CODE or -m MODULE)")
-    option, target = command
-    at = argv.index(option)
-    unbuffered = "-u" in argv[:at]
-    sys.dont_write_bytecode = sys.dont_write_bytecode or "-B" in argv[:at]
+    options, kind, target, args = command
+    unbuffered = "-u" in options
+    sys.dont_write_bytecode = sys.dont_write_bytecode or "-B" in options
     encoding, errors = sys.stdout.encoding, sys.stdout.errors
 
     def stream(fd, mode):
@@ -268,14 +267,14 @@ def _run_python(argv: list[str]) -> None:
     sys.stdout = sys.__stdout__ = stream(1, "w")
     sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding=encoding,
                                                    errors="backslashreplace", line_buffering=True)
-    if option == "-m":
+    if kind == "-m":
         import runpy
 
-        sys.argv = [target, *argv[at + 2:]]  # runpy puts the module's file in sys.argv[0], as `python -m` does
+        sys.argv = [target, *args]  # runpy puts the module's file in sys.argv[0], as `python -m` does
         sys.path[0] = os.getcwd()  # as `python -m` sets it: the current folder, in full
         runpy.run_module(target, run_name="__main__", alter_sys=True)
         return
-    sys.argv = ["-c", *argv[at + 2:]]
+    sys.argv = ["-c", *args]
     sys.path[0] = ""  # as `python -c` sets it: the current folder
     main = types.ModuleType("__main__")
     sys.modules["__main__"] = main
