@@ -153,6 +153,24 @@ class FlattensToRows(_Reference):
         return F.linear(x.flatten(0, -2), self.weight(), self.bias).unflatten(0, x.shape[:-1])
 
 
+class ZeroDirection(_Reference):
+    """Starts every parameter at zero, as one might a bias: 0 / 0 in the first forward."""
+
+    def __init__(self, in_features, out_features):
+        super().__init__(in_features, out_features)
+        with torch.no_grad():
+            self.direction.zero_()
+
+
+class ZeroDirectionSafeNorm(WeightNormNormalize):
+    """The same start, with F.normalize: finite numbers, but a direction of zeros is no direction."""
+
+    def __init__(self, in_features, out_features):
+        super().__init__(in_features, out_features)
+        with torch.no_grad():
+            self.direction.zero_()
+
+
 class NormWithoutKeepdim(_Reference):
     def weight(self):
         return self.scale[:, None] * self.direction / self.direction.norm(dim=1)
@@ -181,6 +199,8 @@ def test_weight_norm_accepts(right):
         (EpsAsPlainAttribute, "a tensor kept as a plain attribute (self.eps = torch.full(...)) stays where it was"),
         (FlattensToRows, "calling your layer on one input of shape (5,), without a batch dimension raised"),
         (NormWithoutKeepdim, "without keepdim they are (out,) and divide the columns"),
+        (ZeroDirection, "a row of zeros has no direction"),
+        (ZeroDirectionSafeNorm, "a row of zeros has no direction"),
     ],
 )
 def test_weight_norm_rejects(wrong, hint):
@@ -489,6 +509,36 @@ class ResetWithoutNoGrad(_Norm1d):
         self.running_var.fill_(1.0)
 
 
+class StartsRightWithoutReset(_Norm1d):
+    """Creates the starting values directly and never calls reset_parameters(): right until the rule changes."""
+
+    def __init__(self, num_features, momentum=0.1, eps=1e-5, device=None, dtype=None):
+        nn.Module.__init__(self)
+        self.momentum, self.eps = momentum, eps
+        kw = {"device": device, "dtype": dtype}
+        self.weight = nn.Parameter(torch.ones(num_features, **kw))
+        self.bias = nn.Parameter(torch.zeros(num_features, **kw))
+        self.register_buffer("running_mean", torch.zeros(num_features, **kw))
+        self.register_buffer("running_var", torch.ones(num_features, **kw))
+
+
+class KerasMomentum(_Norm1d):
+    """Keras's convention: momentum=0.99 is the weight of the old running value."""
+
+    def __init__(self, num_features, momentum=0.99, eps=1e-5, device=None, dtype=None):
+        super().__init__(num_features, momentum, eps, device, dtype)
+
+
+class KerasEpsilon(_Norm1d):
+    def __init__(self, num_features, momentum=0.1, eps=1e-3, device=None, dtype=None):
+        super().__init__(num_features, momentum, eps, device, dtype)
+
+
+class SmallerEpsilon(_Norm1d):
+    def __init__(self, num_features, momentum=0.1, eps=1e-6, device=None, dtype=None):
+        super().__init__(num_features, momentum, eps, device, dtype)
+
+
 class EmptyWithoutReset(_Norm1d):
     """Allocates with torch.empty and forgets to call reset_parameters() in __init__."""
 
@@ -593,7 +643,16 @@ class StatisticsWithKeepdim(Norm1dByHand):
         return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
 
 
-@pytest.mark.parametrize("right", [Norm1dFromBatchNorm, Norm1dFunctional, Norm1dByHand, Norm1dEpsAsTensor])
+class ResetByClassName(Norm1dFunctional):
+    """Calls the method through its class, and twice: harmless, and still a call."""
+
+    def __init__(self, num_features, momentum=0.1, eps=1e-5, device=None, dtype=None):
+        super().__init__(num_features, momentum, eps, device, dtype)
+        ResetByClassName.reset_parameters(self)
+
+
+@pytest.mark.parametrize("right", [Norm1dFromBatchNorm, Norm1dFunctional, Norm1dByHand, Norm1dEpsAsTensor,
+                                   ResetByClassName])
 def test_norm1d_accepts(right):
     assert outcome(check_norm1d, right) == ("passed", "")
 
@@ -612,6 +671,10 @@ def test_norm1d_accepts(right):
         (NoResetMethod, "define a method reset_parameters()"),
         (ResetWithoutNoGrad, "edited in place while autograd records: fill it with nn.init"),
         (EmptyWithoutReset, "call it at the end of __init__"),
+        (StartsRightWithoutReset, "__init__ never calls self.reset_parameters()"),
+        (KerasMomentum, "keep the defaults the task gives, momentum=0.1 and eps=1e-5"),
+        (KerasEpsilon, "keep the defaults the task gives, momentum=0.1 and eps=1e-5"),
+        (SmallerEpsilon, "keep the defaults the task gives, momentum=0.1 and eps=1e-5"),
         (NormalisesWithUnbiasedVariance, "biased variance"),
         (BiasedRunningVariance, "the variance with correction=1"),
         (MomentumTheOtherWay, "(1 - momentum) * running + momentum * batch value"),
@@ -625,10 +688,12 @@ def test_norm1d_accepts(right):
     ],
 )
 def test_norm1d_rejects(wrong, hint):
+    patched = vars(wrong).get("reset_parameters")
     verdict, message = outcome(check_norm1d, wrong)
     assert verdict == "failed"
     assert message.startswith("Exercise 3")
     assert hint in message
+    assert vars(wrong).get("reset_parameters") is patched     # the check counted the calls, then put it back
 
 
 # ---------------------------------------------------------------- stubs

@@ -57,13 +57,20 @@ def check_weight_norm_linear(cls: type[nn.Module]) -> None:
     expect(isinstance(layer, nn.Module), "WeightNormLinear must subclass nn.Module")
     x = _randn(4, 5, seed=4)
     with learner_code("calling your layer on a (4, 5) input", _WN_SHAPES):
-        layer(x)  # an unfinished answer stops here, with NotImplementedError
+        first = layer(x)  # an unfinished answer stops here, with NotImplementedError
     shapes = {name: tuple(p.shape) for name, p in layer.named_parameters()}
     wanted = {"direction": (3, 5), "scale": (3,), "bias": (3,)}
     expect(
         shapes == wanted,
         f"cls(5, 3) must register exactly the parameters {wanted}; got {shapes}. "
         "Wrap each tensor in nn.Parameter and assign it as an attribute.",
+    )
+    start = layer.direction.detach()
+    finite_out = not (isinstance(first, torch.Tensor) and first.is_floating_point()) or bool(first.isfinite().all())
+    expect(
+        bool(start.isfinite().all() and (start.norm(dim=1) > 0).all()) and finite_out,
+        "a new layer must be usable as it is: start direction random (torch.randn(out_features, in_features) "
+        "* in_features ** -0.5, say); a row of zeros has no direction, and dividing it by its norm gives nan",
     )
     direction, scale, bias = _randn(3, 5, seed=1), _randn(3, seed=2).abs() + 0.5, _randn(3, seed=3)
     with torch.no_grad():
@@ -217,6 +224,25 @@ def _norm_tensors(layer: nn.Module) -> dict[str, torch.Tensor]:
     return {name: getattr(layer, name) for name in _NORM_STATE}
 
 
+def _built_counting_resets(cls: type[nn.Module], n: int) -> tuple[nn.Module, list[nn.Module]]:
+    """``cls(n)``, and the modules its ``reset_parameters`` was called on meanwhile (patched on the class itself,
+    so that ``self.reset_parameters()`` and ``cls.reset_parameters(self)`` both count; restored after)."""
+    own, original, calls = vars(cls).get("reset_parameters"), cls.reset_parameters, []
+
+    def counting(self, *args, **kwargs):
+        calls.append(self)
+        return original(self, *args, **kwargs)
+
+    cls.reset_parameters = counting
+    try:
+        return cls(n), calls
+    finally:
+        if own is None:
+            del cls.reset_parameters
+        else:
+            cls.reset_parameters = own
+
+
 @exercise("Exercise 3 · A normalisation layer built like the built-in ones")
 def check_norm1d(cls: type[nn.Module]) -> None:
     """``cls(num_features, momentum=0.1, eps=1e-5, device=None, dtype=None)``, like ``nn.BatchNorm1d``.
@@ -264,6 +290,11 @@ def check_norm1d(cls: type[nn.Module]) -> None:
 
     expect(callable(getattr(on_meta, "reset_parameters", None)),
            f"define a method reset_parameters(): to_empty() gives memory without values, and {reset_hint}")
+    with learner_code(f"building Norm1d({n}) while counting its calls of reset_parameters()", build_hint):
+        probe, calls = _built_counting_resets(cls, n)
+    expect(any(module is probe for module in calls),
+           f"Norm1d({n}) holds the right starting values, but __init__ never calls self.reset_parameters(): end "
+           "__init__ with that call, so that the starting values are set in one place, the one to_empty() needs")
     layer = on_meta.to_empty(device="cpu")
     held = _norm_tensors(layer)
     with torch.no_grad():
@@ -334,6 +365,17 @@ def check_norm1d(cls: type[nn.Module]) -> None:
            "(x - running_mean) / sqrt(running_var + eps)")
     expect(all(torch.equal(t, frozen[name]) for name, t in _norm_tensors(mine).items()),
            "in eval() mode the running statistics must not change")
+
+    # The defaults: Norm1d(n) is nn.BatchNorm1d(n). A small variance makes eps count, an offset the momentum.
+    xd = _randn(8, n, seed=42) * 0.1 + 1.0
+    with learner_code(f"calling Norm1d({n}), built without momentum or eps, on an (8, 4) batch", _NORM_SHAPES):
+        yd = fresh(xd)
+    default = nn.BatchNorm1d(n)
+    expect(_shape(yd) == (8, n) and torch.allclose(yd, default(xd), atol=1e-5)
+           and torch.allclose(fresh.running_mean, default.running_mean, atol=1e-6)
+           and torch.allclose(fresh.running_var, default.running_var, atol=1e-6),
+           f"Norm1d({n}), built without momentum or eps, must compute what nn.BatchNorm1d({n}) does: keep the "
+           "defaults the task gives, momentum=0.1 and eps=1e-5")
 
     # Wherever it runs: on the input's device whatever the default device, and in float64.
     mine.train()
