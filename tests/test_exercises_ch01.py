@@ -179,7 +179,61 @@ class CastToDouble(_Pair):
         return torch.cat([self.net1(x), self.net2(x)], dim=1).double()
 
 
+class ParametersOnly(nn.Module):
+    """Registers the nets' parameters, not the nets: a Dropout or BatchNorm inside never sees .eval()."""
+
+    def __init__(self, net1, net2):
+        super().__init__()
+        self.nets = [net1, net2]
+        self.params = nn.ParameterList([*net1.parameters(), *net2.parameters()])
+
+    def forward(self, x):
+        return torch.cat([net(x) for net in self.nets], dim=1)
+
+
+class Squeezed(_Pair):
+    def forward(self, x):
+        return torch.cat([self.net1(x), self.net2(x)], dim=1).squeeze()
+
+
+class SqueezedBranches(_Pair):
+    def forward(self, x):
+        return torch.cat([self.net1(x).squeeze(), self.net2(x).squeeze()], dim=-1)
+
+
+class SqueezedFeatures(_Pair):
+    """Drops a width-1 output's last dimension: fine for widths 4 and 4, an error for a branch of width 1."""
+
+    def forward(self, x):
+        return torch.cat([self.net1(x).squeeze(-1), self.net2(x).squeeze(-1)], dim=-1)
+
+
+class ResetsTheNets(_Pair):
+    """"A fresh start": wipes whatever the nets had learnt."""
+
+    def __init__(self, net1, net2):
+        super().__init__(net1, net2)
+        for net in (net1, net2):
+            net.reset_parameters()
+
+    def forward(self, x):
+        return torch.cat([self.net1(x), self.net2(x)], dim=1)
+
+
+class SerialInDouble(_Pair):
+    """Two mistakes at once: the chain's hint must still come, not an error of the check's own comparison."""
+
+    def forward(self, x):
+        return self.net2(self.net1(x)).double()
+
+
 PARALLEL_WRONG = {
+    ParametersOnly: "register net1 and net2 themselves as submodules",
+    Squeezed: "a batch of one sample, shape (1, 4), must give shape (1, 8)",
+    SqueezedBranches: "keep the batch dimension (no squeeze())",
+    SqueezedFeatures: "keep each output as it is, (n, width): no squeeze()",
+    ResetsTheNets: "building the block changed the given nets' values",
+    SerialInDouble: "two branches of widths 4 and 4 on a batch of 3 give shape (3, 8); got (3, 4)",
     Serial: "that is net2(net1(x)), a chain",
     Added: "the two outputs were added",
     ConcatAlongBatch: "concatenating along it stacks the samples",
@@ -388,6 +442,12 @@ class AttributeOfModuleDict(_ModuleDictRouter):
         return self.heads.task(x)
 
 
+class SecondArgumentNamedName(_ModuleDictRouter):
+    def forward(self, x, name):  # router(x, task="price") then fails
+        return self.heads[name](x)
+
+
+
 ROUTER_WRONG = {
     PlainDictRouter: "a plain dict hides it",
     AlwaysFirstHead: "router(x, 'label') must return heads['label'](x)",
@@ -407,6 +467,7 @@ ROUTER_WRONG = {
     BatchMovedInForward: "the router must not pick a device",
     GetOnModuleDict: "it has no .get()",
     AttributeOfModuleDict: "heads.task looks for a module named 'task'",
+    SecondArgumentNamedName: "forward(self, x, task) takes the batch first, then the task's name",
 }
 
 
@@ -560,7 +621,23 @@ def looped_over_n(module, n):
     return nn.ModuleList(copy.deepcopy(module) for _ in n)
 
 
+def switched_to_eval(module, n):
+    return nn.ModuleList(copy.deepcopy(module).eval() for _ in range(n))
+
+
+def trains_the_original_first(module, n):
+    module.train()  # "make sure the copies train": it changes the caller's module, and the copies with it
+    return nn.ModuleList(copy.deepcopy(module) for _ in range(n))
+
+
+def mode_of_the_top_only(module, n):
+    return nn.ModuleList(copy.deepcopy(module).train(module.training) for _ in range(n))
+
+
 CLONES_WRONG = {
+    switched_to_eval: "(here: Linear train)",
+    trains_the_original_first: "changed the module itself (its train/eval mode or its values)",
+    mode_of_the_top_only: "(here: Sequential train, Linear train, BatchNorm1d eval)",
     looped_over_n: "loop over range(n), `for _ in range(n)`, not over n itself",
     repeated_object: "holds the same object more than once",
     deepcopy_of_repeated_list: "deepcopy of such a list keeps it one object",

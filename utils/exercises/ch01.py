@@ -24,8 +24,12 @@ def _seeded_linear(n_in: int, n_out: int, seed: int) -> nn.Linear:
     return layer
 
 
+def _shape(value: object) -> object:
+    return tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+
+
 def _same(a: object, b: torch.Tensor) -> bool:
-    return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.allclose(a, b)
+    return isinstance(a, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype and torch.allclose(a, b)
 
 
 # ---------------------------------------------------------------- Exercise 1
@@ -71,9 +75,16 @@ def check_parallel(cls: type[nn.Module]) -> None:
     # Square layers first: a chain of the two nets runs without an error here, and must still fail.
     net1, net2 = _seeded_linear(4, 4, 1), _seeded_linear(4, 4, 2)
     x = torch.randn(3, 4, generator=torch.Generator().manual_seed(3))
+    given_values = [t.clone() for t in (*net1.parameters(), *net2.parameters())]
     with learner_code(built, "__init__(self, net1, net2) calls super().__init__() and stores both nets"):
         block = cls(net1, net2)
     expect(isinstance(block, nn.Module), "Parallel must subclass nn.Module")
+    expect(
+        all(torch.equal(t, before) for t, before in zip((*net1.parameters(), *net2.parameters()), given_values,
+                                                        strict=True)),
+        "building the block changed the given nets' values: keep them as they are given (they may be trained "
+        "already); no reset_parameters() or re-initialisation in __init__",
+    )
     with learner_code(called, "forward(self, x) feeds the same x to both nets and returns one tensor"):
         y = block(x)
     expect(isinstance(y, torch.Tensor), f"forward must return one tensor, got {type(y).__name__}")
@@ -105,21 +116,37 @@ def check_parallel(cls: type[nn.Module]) -> None:
             "right after Parallel(net1, net2) is built, both nets' parameters must be registered: assign each "
             "net to an attribute (or put both in an nn.ModuleList); a plain list or dict hides them",
         )
+    expect(
+        all(any(module is net for module in fresh.modules()) for net in (net1, net2)),
+        "register net1 and net2 themselves as submodules (self.net1 = net1, or nn.ModuleList([net1, net2])), "
+        "not only their parameters: .train() and .eval() reach only submodules, state_dict() names their "
+        "tensors after them, and .to() moves their buffers",
+    )
 
-    # Branches of different, odd widths: a chain cannot even run here.
-    wide1, wide2 = _seeded_linear(4, 2, 4), _seeded_linear(4, 5, 5)
+    # A batch of one sample stays a batch: (1, 8), not (8,).
+    with learner_code(f"{called} of one sample, shape (1, 4)", "keep the batch dimension: no squeeze()"):
+        y1 = block(x[:1])
+    expect(
+        isinstance(y1, torch.Tensor) and y1.shape == (1, 8) and torch.allclose(y1, y[:1]),
+        f"a batch of one sample, shape (1, 4), must give shape (1, 8) and the first row of the batch's output; got "
+        f"{_shape(y1)}: keep the batch dimension (no squeeze())",
+    )
+
+    # Branches of different widths, one of them 1: a chain cannot even run here, and a squeeze breaks it.
+    wide1, wide2 = _seeded_linear(4, 1, 4), _seeded_linear(4, 5, 5)
     with learner_code(built):
         wide = cls(wide1, wide2)
-    with learner_code(f"{called} with branches of widths 2 and 5", "feed the same x to both nets"):
+    with learner_code(f"{called} with branches of widths 1 and 5",
+                      "feed the same x to both nets, and keep each output as it is, (n, width): no squeeze()"):
         z = wide(x)
     expect(
-        isinstance(z, torch.Tensor) and z.shape == (3, 7),
-        f"branches of widths 2 and 5 must give 7 output columns, shape (3, 7); got {getattr(z, 'shape', z)}",
+        isinstance(z, torch.Tensor) and z.shape == (3, 6),
+        f"branches of widths 1 and 5 must give 6 output columns, shape (3, 6); got {_shape(z)}",
     )
     with torch.no_grad():
         expect(
-            torch.allclose(z[:, :2], wide1(x)) and torch.allclose(z[:, 2:], wide2(x)),
-            "with branches of widths 2 and 5, the columns must be net1(x) then net2(x)",
+            torch.allclose(z[:, :1], wide1(x)) and torch.allclose(z[:, 1:], wide2(x)),
+            "with branches of widths 1 and 5, the columns must be net1(x) then net2(x)",
         )
 
     # Gradients flow into both given nets.
@@ -222,8 +249,8 @@ def check_router(cls: type[nn.Module]) -> None:
 
     expect(isinstance(out, torch.Tensor), f"router(x, 'price') must return a tensor, got {type(out).__name__}")
     for task, head in heads.items():
-        with learner_code(f"calling router(x, {task!r})", hint_call):
-            out = router(x, task)
+        with learner_code(f"calling router(x, task={task!r})", hint_call):
+            out = router(x, task=task)
         with torch.no_grad():
             want = head(x)
         expect(_same(out, want), f"router(x, {task!r}) must return heads[{task!r}](x)")
@@ -283,7 +310,23 @@ def _frozen_block() -> nn.Module:
     return block.eval()
 
 
-def _check_copies(copies: object, module: nn.Module, n: int, call: str) -> None:
+def _modes(module: nn.Module) -> list[tuple[str, bool]]:
+    """Each submodule's class name and train (True) / eval (False) flag, in the order of ``modules()``."""
+    return [(type(sub).__name__, sub.training) for sub in module.modules()]
+
+
+def _state(module: nn.Module) -> tuple[list[tuple[str, bool]], dict[str, torch.Tensor]]:
+    """What clones must leave as it found it: the modes, and a copy of every value (meta ones have none)."""
+    return _modes(module), {k: t.detach().clone() for k, t in _tensors(module).items() if t.device.type != "meta"}
+
+
+def _check_copies(copies: object, module: nn.Module, n: int, call: str, before) -> None:
+    modes, values = before
+    expect(
+        _modes(module) == modes and all(torch.equal(_tensors(module)[k].detach(), v) for k, v in values.items()),
+        f"{call} changed the module itself (its train/eval mode or its values): leave it as it is; copy.deepcopy "
+        "reads it without changing it",
+    )
     expect(
         isinstance(copies, nn.ModuleList),
         f"{call} must return an nn.ModuleList, got {type(copies).__name__}: a plain list (or an nn.Sequential) "
@@ -349,9 +392,11 @@ def _check_copies(copies: object, module: nn.Module, n: int, call: str) -> None:
                 f"each copy must start with the module's values: {k!r} differs. copy.deepcopy copies parameters "
                 "and buffers; building a new layer (or reset_parameters) draws new ones",
             )
+        shown = ", ".join(f"{name} {'train' if training else 'eval'}" for name, training in modes)
         expect(
-            all(sub.training == ref.training for sub, ref in zip(c.modules(), module.modules(), strict=False)),
-            "each copy must be in the module's train/eval mode (the module is in eval mode here)",
+            _modes(c) == modes,
+            f"each copy must be in the module's train/eval mode, submodule by submodule (here: {shown}): "
+            "copy.deepcopy keeps every flag; calling .train() or .eval() on a copy sets them all alike",
         )
 
 
@@ -361,9 +406,10 @@ def check_clones(clones) -> None:
     """``clones(module, n)``: an ``nn.ModuleList`` of ``n`` deep copies (same values, device and mode)."""
     hint = "clones(module, n) must work for any module, whatever its class and arguments: copy.deepcopy(module)"
     layer = _seeded_linear(3, 4, 30)
+    before = _state(layer)
     with learner_code("calling clones(layer, 3) on an nn.Linear(3, 4)", hint):
         copies = clones(layer, 3)
-    _check_copies(copies, layer, 3, "clones(layer, 3)")
+    _check_copies(copies, layer, 3, "clones(layer, 3)", before)
     with torch.no_grad():
         copies[0].weight.add_(1.0)
     expect(
@@ -371,16 +417,22 @@ def check_clones(clones) -> None:
         "changing one copy must change neither the module nor the other copies",
     )
 
-    for n in (1, 4):
+    for n, training in ((1, False), (4, False), (2, True)):
         block = _frozen_block()
-        with learner_code(f"calling clones(block, {n}) on a Linear + BatchNorm1d block in eval mode", hint):
+        if training:
+            block.train()
+            block[1].eval()  # a frozen BatchNorm inside a block in training, as when fine-tuning
+        modes = "in training with its BatchNorm1d in eval mode" if training else "in eval mode"
+        before = _state(block)
+        with learner_code(f"calling clones(block, {n}) on a Linear + BatchNorm1d block {modes}", hint):
             copies = clones(block, n)
-        _check_copies(copies, block, n, f"clones(block, {n})")
+        _check_copies(copies, block, n, f"clones(block, {n})", before)
 
     on_meta = nn.Linear(3, 4, device="meta")
+    before = _state(on_meta)
     with learner_code(
         "calling clones(layer, 2) on a layer on the 'meta' device",
         "each copy must stay on the module's device: copy.deepcopy keeps it there, do not move the copies with .to()",
     ):
         copies = clones(on_meta, 2)
-    _check_copies(copies, on_meta, 2, "clones(layer, 2) of a meta layer")
+    _check_copies(copies, on_meta, 2, "clones(layer, 2) of a meta layer", before)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from unittest import mock
 
 import torch
 from torch import nn
@@ -227,20 +228,14 @@ def _norm_tensors(layer: nn.Module) -> dict[str, torch.Tensor]:
 def _built_counting_resets(cls: type[nn.Module], n: int) -> tuple[nn.Module, list[nn.Module]]:
     """``cls(n)``, and the modules its ``reset_parameters`` was called on meanwhile (patched on the class itself,
     so that ``self.reset_parameters()`` and ``cls.reset_parameters(self)`` both count; restored after)."""
-    own, original, calls = vars(cls).get("reset_parameters"), cls.reset_parameters, []
+    original, calls = cls.reset_parameters, []
 
     def counting(self, *args, **kwargs):
         calls.append(self)
         return original(self, *args, **kwargs)
 
-    cls.reset_parameters = counting
-    try:
+    with mock.patch.object(cls, "reset_parameters", counting):
         return cls(n), calls
-    finally:
-        if own is None:
-            del cls.reset_parameters
-        else:
-            cls.reset_parameters = own
 
 
 @exercise("Exercise 3 · A normalisation layer built like the built-in ones")
