@@ -27,6 +27,9 @@ WRONG = {
     "float64": (lambda n: torch.ones(n, dtype=torch.float64), "got torch.float64"),
     "from numpy": (lambda n: torch.from_numpy(np.ones(n)), "a NumPy array is float64"),
     "float16": (lambda n: torch.ones(n, dtype=torch.float16), "leave the dtype at torch's default, float32"),
+    "booleans": (lambda n: torch.ones(n, dtype=torch.bool), "True is not 1.0"),
+    "compared with zero": (lambda n: torch.zeros(n) == 0, "True is not 1.0"),
+    "complex": (lambda n: torch.ones(n, dtype=torch.complex64), "leave the dtype at torch's default, float32"),
     "keyword only": (lambda *, n: torch.ones(n), "calling ones(0) raised TypeError"),
     "arange": (lambda n: torch.arange(n, dtype=torch.float32), "every entry of ones(1) must be 1"),
 }

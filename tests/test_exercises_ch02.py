@@ -138,6 +138,24 @@ def xavier_frozen_to_edit(m):  # requires_grad turned off to get past the in-pla
         m.bias.zero_()
 
 
+def xavier_no_bias_guard(m):  # nn.init.zeros_(None) on a layer built with bias=False
+    if isinstance(m, nn.Linear):
+        nn.init.xavier_uniform_(m.weight)
+        nn.init.zeros_(m.bias)
+
+
+def xavier_skips_bias_free_layers(m):  # the guard around the whole layer, not around the bias
+    if isinstance(m, nn.Linear) and m.bias is not None:
+        nn.init.xavier_uniform_(m.weight)
+        nn.init.zeros_(m.bias)
+
+
+def xavier_drops_the_bias(m):  # "zero biases" by removing them
+    if isinstance(m, nn.Linear):
+        nn.init.xavier_uniform_(m.weight)
+        m.bias = None
+
+
 XAVIER_WRONG = [
     (xavier_type_test, "isinstance(m, nn.Linear), not type(m) == nn.Linear"),
     (xavier_ignores_the_bias, "(an nn.Linear, 300→200) still has non-zero biases: set them with nn.init.zeros_"),
@@ -158,6 +176,9 @@ XAVIER_WRONG = [
     (edited_without_no_grad, "inside `with torch.no_grad():`"),
     (xavier_class_name_test, "not type(m) == nn.Linear or its class name"),
     (xavier_frozen_to_edit, "layer 0's weight no longer requires grad, so it would never train"),
+    (xavier_no_bias_guard, "a layer built with bias=False has m.bias None: skip its bias (if m.bias is not None)"),
+    (xavier_skips_bias_free_layers, "bias=False) did not get Xavier weights: a layer without a bias is a linear"),
+    (xavier_drops_the_bias, "(an nn.Linear, 300→200)'s bias is None now: assigning m.bias = None removes"),
 ]
 
 
@@ -172,7 +193,8 @@ def test_init_xavier_rejects(wrong, hint):
 def xavier_by_hand(m):
     if isinstance(m, nn.Linear):
         nn.init.uniform_(m.weight, -_bound(m), _bound(m))
-        nn.init.constant_(m.bias, 0.0)
+        if m.bias is not None:
+            nn.init.constant_(m.bias, 0.0)
 
 
 def xavier_under_no_grad(m):
@@ -181,14 +203,16 @@ def xavier_under_no_grad(m):
     fan_out, fan_in = m.weight.shape
     with torch.no_grad():
         m.weight.uniform_(-math.sqrt(6 / (fan_in + fan_out)), math.sqrt(6 / (fan_in + fan_out)))
-        m.bias.zero_()
+        if m.bias is not None:
+            m.bias.zero_()
 
 
 def xavier_copied_in(m):
     if isinstance(m, nn.Linear):
         with torch.no_grad():
             m.weight.copy_(nn.init.xavier_uniform_(torch.empty_like(m.weight), gain=1.0))
-            m.bias.fill_(0)
+            if getattr(m, "bias", None) is not None:
+                m.bias.fill_(0)
 
 
 def xavier_via_parameters(m):
@@ -351,6 +375,22 @@ def lazy_dummy_with_the_dtype(net, example_input):  # the dtype right, the devic
     return net
 
 
+def lazy_top_level_only(net, example_input):  # children() misses the layer in the nested nn.Sequential
+    net(example_input)
+    for m in net.children():
+        _kaiming(m)
+    return net
+
+
+def lazy_drops_the_bias(net, example_input):  # "zero biases" by removing them
+    net(example_input)
+    for m in net.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
+            m.bias = None
+    return net
+
+
 def lazy_inference_mode(net, example_input):
     with torch.inference_mode():
         net(example_input)
@@ -385,6 +425,8 @@ LAZY_WRONG = [
     (lazy_xavier, "Use nn.init.kaiming_normal_(m.weight, nonlinearity='relu')"),
     (lazy_kaiming_default_slope, "is what a=sqrt(5) gives"),
     (lazy_wrong_width, "must have weight shape (256, 300), it has (256, 256)"),
+    (lazy_top_level_only, "net.children() (or `for m in net`) visits the top level only"),
+    (lazy_drops_the_bias, "layer 0's bias is None now: assigning m.bias = None removes the bias"),
 ]
 
 
@@ -409,7 +451,7 @@ def lazy_default_kaiming_arguments(net, example_input):
 def lazy_normal_by_hand(net, example_input):
     with torch.no_grad():
         net(example_input)  # a dry run needs no graph
-        for m in net:
+        for _, m in net.named_modules():
             if isinstance(m, nn.Linear):
                 m.weight.normal_(0.0, math.sqrt(2 / m.in_features))
                 m.bias.fill_(0.0)

@@ -78,6 +78,33 @@ class SeqFirstTransposedBack(TiedByMethod):
         return self.head(h).transpose(0, 1)
 
 
+class HeadPerStep(nn.Module):
+    """A GRUCell looped over time, the head called at every step: many calls of the head, stacked."""
+
+    def __init__(self, vocab_size, dim):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, dim)
+        self.cell = nn.GRUCell(dim, dim)
+        self.head = nn.Linear(dim, vocab_size, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        h = x.new_zeros(tokens.shape[0], x.shape[-1])
+        steps = []
+        for t in range(tokens.shape[1]):
+            h = self.cell(x[:, t], h)
+            steps.append(self.head(h))
+        return torch.stack(steps, dim=1)
+
+
+class HeadPerSequence(TiedOtherWay):
+    """The head called once per sequence of the batch."""
+
+    def forward(self, tokens):
+        return torch.stack([self.head(self.embed(seq)) for seq in tokens])
+
+
 # Wrong answers.
 class TwoLayers(_Base):
     """Two layers created where one weight should be shared."""
@@ -159,6 +186,19 @@ class FlatSeqFirstViewedBack(TiedOtherWay):
         return self.head(h).view(*tokens.shape, -1)
 
 
+class HeadInOutSwapped(nn.Module):
+    """nn.Linear(vocab_size, dim): its weight is (dim, vocab_size) until the tie replaces it, so it runs."""
+
+    def __init__(self, vocab_size, dim):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, dim)
+        self.head = nn.Linear(vocab_size, dim, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, tokens):
+        return self.head(self.embed(tokens))
+
+
 class HeadWithBias(nn.Module):
     def __init__(self, vocab_size, dim):
         super().__init__()
@@ -212,7 +252,7 @@ class TransformerSeqFirst(_TransformerLM):
 
 
 @pytest.mark.parametrize("right", [TiedOtherWay, TiedByMethod, HeadOnMeta, HeadOnFlatView, SeqFirstTransposedBack,
-                                   TransformerBatchFirst])
+                                   TransformerBatchFirst, HeadPerStep, HeadPerSequence])
 def test_tied_lm_accepts(right):
     assert outcome(check_tied_lm, right) == ("passed", "")
 
@@ -232,6 +272,7 @@ def test_tied_lm_accepts(right):
         (FlatSeqFirstViewedBack, "reversing the batch must reverse the logits"),
         (PooledLogits, "shape (3, 7, 50)"),
         (HeadWithBias, "no bias"),
+        (HeadInOutSwapped, "nn.Linear(dim, vocab_size, bias=False), here nn.Linear(12, 50)"),
         (ModuleListCalled, "nn.ModuleList was called like a module"),
         (TransformerSeqFirst, "changing sample 0's tokens changed the logits of samples 1 and 2"),
     ],
@@ -303,6 +344,10 @@ def count_including_frozen(model):
     return sum(p.numel() for p in model.parameters())
 
 
+def count_with_grad(model):  # "trainable" read as "has a gradient": a fresh model has none
+    return sum(p.numel() for p in model.parameters() if p.grad is not None)
+
+
 def count_as_float(model):
     return float(sum(p.numel() for p in model.parameters() if p.requires_grad))
 
@@ -325,6 +370,7 @@ def test_count_accepts(right):
         (count_unique_data_ptr, "every data_ptr() is 0"),
         (count_including_frozen, "a frozen layer (requires_grad=False) does not"),
         (count_as_float, "return an int, got float"),
+        (count_with_grad, "Filter on p.requires_grad, not on p.grad"),
     ],
 )
 def test_count_rejects(wrong, hint):
@@ -517,6 +563,26 @@ def load_checked_chain(model, state_dict):  # each name against the one before i
     model.load_state_dict(state_dict)
 
 
+def load_checked_not_strict(model, state_dict):  # strict=False: a checkpoint that lacks keys loads silently
+    groups = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(p), []).append(name)
+    bad = _disagreeing(groups.values(), state_dict)
+    if bad:
+        raise ValueError(f"untied checkpoint for tied parameters {bad}")
+    model.load_state_dict(state_dict, strict=False)
+
+
+def load_checked_by_checkpoint_keys(model, state_dict):  # get_parameter raises on a buffer's name
+    groups = {}
+    for key in state_dict:
+        groups.setdefault(id(model.get_parameter(key)), []).append(key)
+    bad = _disagreeing(groups.values(), state_dict)
+    if bad:
+        raise ValueError(f"untied checkpoint for tied parameters {bad}")
+    model.load_state_dict(state_dict)
+
+
 @pytest.mark.parametrize(
     "right", [load_checked_keep_vars, load_checked_modules, load_checked_pairwise, load_checked_chain]
 )
@@ -542,6 +608,8 @@ def test_load_checked_accepts(right):
         (load_checked_if_tensors_differ, "Compare whole tensors with torch.equal(a, b)"),
         (load_checked_last_pair, "A Parameter can have more than two names"),
         (load_checked_first_two, "A Parameter can have more than two names"),
+        (load_checked_not_strict, "do not pass strict=False"),
+        (load_checked_by_checkpoint_keys, "model.get_parameter raises on a buffer's name"),
     ],
 )
 def test_load_checked_rejects(wrong, hint):

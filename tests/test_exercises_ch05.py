@@ -1,9 +1,12 @@
 """Chapter 05's checks: each plausible wrong answer gets the hint that names its mistake, and right answers
 written differently from the notebook's reference pass. (The reference itself runs in the notebook.)"""
 
+import copy
 import re
 from collections import OrderedDict
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
@@ -37,6 +40,16 @@ def in_place(state_dict, prefix="module."):
 def consume_in_place(state_dict, prefix="module."):
     consume_prefix_in_state_dict_if_present(state_dict, prefix)
     return state_dict
+
+
+def consume_on_a_shallow_copy(state_dict, prefix="module."):  # copy.copy shares the caller's _metadata
+    out = copy.copy(state_dict)
+    consume_prefix_in_state_dict_if_present(out, prefix)
+    return out
+
+
+def default_without_dot(state_dict, prefix="module"):
+    return {k.removeprefix(prefix): v for k, v in state_dict.items()}
 
 
 def drops_others(state_dict, prefix="module."):
@@ -111,6 +124,8 @@ STRIP_WRONG = {
     with_split: "the key 'module.submodule.weight' became 'weight'",
     in_place: "do not modify the state dict you were given",
     consume_in_place: "do not modify the state dict you were given",
+    consume_on_a_shallow_copy: "nor its _metadata",
+    default_without_dot: "your default is prefix='module'. Give the parameter the default the task names",
     drops_others: "the key 'b.module.c' is missing from the result",
     cuts_every_key: "the key 'b.module.c' became 'e.c'",
     unescaped_regex: "the key 'module_list.0.weight' became 'list.0.weight'",
@@ -163,7 +178,21 @@ def consume_on_a_copy(state_dict, prefix="module."):
     return copy
 
 
-@pytest.mark.parametrize("right", [with_removeprefix, with_escaped_regex, with_partition, consume_on_a_copy],
+def rename_in_a_shallow_copy(state_dict, prefix="module."):  # shares _metadata, but leaves it alone
+    out = copy.copy(state_dict)
+    for k in list(out):
+        if k.startswith(prefix):
+            out[k[len(prefix):]] = out.pop(k)
+    return out
+
+
+def default_none(state_dict, prefix=None):
+    prefix = "module." if prefix is None else prefix
+    return {(k[len(prefix):] if k.startswith(prefix) else k): v for k, v in state_dict.items()}
+
+
+@pytest.mark.parametrize("right", [with_removeprefix, with_escaped_regex, with_partition, consume_on_a_copy,
+                                   rename_in_a_shallow_copy, default_none],
                          ids=lambda f: f.__name__)
 def test_strip_prefix_accepts(right):
     assert outcome(check_strip_prefix, right) == ("passed", "")
@@ -307,6 +336,77 @@ def load_safetensors(path, model, optimizer):
     return step
 
 
+def save_parameters_only(path, model, optimizer, step):  # no buffers: batch norm's running statistics
+    torch.save({"model": dict(model.named_parameters()), "optimizer": optimizer.state_dict(), "step": step,
+                "rng": torch.get_rng_state()}, path)
+
+
+def load_parameters_only(path, model, optimizer):
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    model.load_state_dict(checkpoint["model"], strict=False)
+    return _restore(checkpoint, model, optimizer, parts=("optimizer", "rng"))
+
+
+def save_adam_state_only(path, model, optimizer, step):  # no param_groups: the learning rate is lost
+    torch.save({"model": model.state_dict(), "adam": optimizer.state_dict()["state"], "step": step,
+                "rng": torch.get_rng_state()}, path)
+
+
+def load_adam_state_only(path, model, optimizer):
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    for i, p in enumerate(model.parameters()):
+        optimizer.state[p] = checkpoint["adam"][i]
+    return _restore(checkpoint, model, optimizer, parts=("model", "rng"))
+
+
+_KEPT = {}  # a variable of the program, which a new process starts without
+
+
+def save_step_in_a_variable(path, model, optimizer, step):
+    _KEPT["step"] = step
+    save_without_step(path, model, optimizer, step)
+
+
+def load_step_from_a_variable(path, model, optimizer):
+    _restore({**torch.load(path, map_location="cpu", weights_only=True), "step": None}, model, optimizer)
+    return _KEPT["step"]
+
+
+def save_rng_in_a_variable(path, model, optimizer, step):
+    _KEPT["rng"] = torch.get_rng_state()
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, path)
+
+
+def load_rng_from_a_variable(path, model, optimizer):
+    torch.set_rng_state(_KEPT["rng"])
+    return _restore(torch.load(path, map_location="cpu", weights_only=True), model, optimizer, ("model", "optimizer"))
+
+
+def save_optimizer_beside(path, model, optimizer, step):  # a second file, which a copy of path leaves behind
+    torch.save({"model": model.state_dict(), "step": step, "rng": torch.get_rng_state()}, path)
+    torch.save(optimizer.state_dict(), Path(path).with_suffix(".opt"))
+
+
+def load_optimizer_beside(path, model, optimizer):
+    optimizer.load_state_dict(torch.load(Path(path).with_suffix(".opt"), map_location="cpu", weights_only=True))
+    return _restore(torch.load(path, map_location="cpu", weights_only=True), model, optimizer, ("model", "rng"))
+
+
+def save_step_as_float(path, model, optimizer, step):
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": float(step),
+                "rng": torch.get_rng_state()}, path)
+
+
+def save_step_as_numpy(path, model, optimizer, step):
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": np.int64(step),
+                "rng": torch.get_rng_state()}, path)
+
+
+def save_numpy_rng_too(path, model, optimizer, step):  # "to be safe": numpy's generator is not drawn from
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                "rng": torch.get_rng_state(), "np_rng": np.random.get_state()}, path)
+
+
 RESUME_WRONG = [
     (save_state, load_without_rng, "torch's random state is not restored"),
     (save_state, reseed_instead, "torch's random state is not restored"),
@@ -325,6 +425,15 @@ RESUME_WRONG = [
     (save_step_as_tensor, load_state, "the int 3, not a tensor holding it (got tensor(3))"),
     (save_state, load_with_assign, "load replaced the model's Parameters with new tensors"),
     (save_safetensors, load_safetensors, "the file is a safetensors file"),
+    (save_parameters_only, load_parameters_only, "the model's buffers (here batch norm's running mean"),
+    (save_adam_state_only, load_adam_state_only, "the optimizer's settings (its param_groups: the learning rate"),
+    (save_step_in_a_variable, load_step_from_a_variable, "load returned 500, the step of a later save, for the "
+                                                         "file saved as step 3"),
+    (save_rng_in_a_variable, load_rng_from_a_variable, "torch's random state came from a later save (step 500)"),
+    (save_optimizer_beside, load_optimizer_beside, "save also wrote ['resume.opt', 'written.opt'] next to path"),
+    (save_step_as_float, load_state, "the int that save was given, 3, not the float 3.0"),
+    (save_step_as_numpy, load_state, "it holds numpy objects (numpy."),
+    (save_numpy_rng_too, load_state, "numpy.ndarray), which that refuses"),
 ]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from itertools import pairwise
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -406,15 +407,15 @@ def test_bad_device_argument_is_the_callers_error():
 # --- Exercise 2 · Noise that follows its input -------------------------------------------------------
 
 
-class NormalAroundX(nn.Module):
-    """torch.normal(mean=x, std=sigma): one call, on x's device and dtype."""
+class AddWithAlpha(nn.Module):
+    """torch.add with alpha=sigma scaling the noise."""
 
     def __init__(self, sigma):
         super().__init__()
         self.sigma = sigma
 
     def forward(self, x):
-        return torch.normal(x, self.sigma) if self.training else x
+        return torch.add(x, torch.randn_like(x), alpha=self.sigma) if self.training else x
 
 
 class FilledInPlace(nn.Module):
@@ -443,7 +444,7 @@ class SigmaBuffer(nn.Module):
         return x
 
 
-RIGHT_NOISE = [NormalAroundX, FilledInPlace, SigmaBuffer]
+RIGHT_NOISE = [AddWithAlpha, FilledInPlace, SigmaBuffer]
 
 
 class Noise(nn.Module):
@@ -549,6 +550,39 @@ class MultipliesNoise(Noise):
         return x * (1 + self.sigma * torch.randn_like(x)) if self.training else x
 
 
+class NormalAroundX(Noise):
+    """torch.normal(mean=x, std=sigma): the right numbers, but no gradient reaches x."""
+
+    def forward(self, x):
+        return torch.normal(x, self.sigma) if self.training else x
+
+
+class DetachesInput(Noise):
+    def forward(self, x):
+        return x.detach() + self.sigma * torch.randn_like(x) if self.training else x
+
+
+class AntitheticNoise(Noise):
+    """Half the draws, the other half their negatives."""
+
+    def forward(self, x):
+        if not self.training:
+            return x
+        half = torch.randn((x.numel() + 1) // 2, device=x.device, dtype=x.dtype)
+        return x + self.sigma * torch.cat([half, -half])[: x.numel()].reshape(x.shape)
+
+
+class SigmaVectorBuffer(nn.Module):
+    """sigma as a float32 buffer of shape (1,): it promotes a bfloat16 input's output to float32."""
+
+    def __init__(self, sigma):
+        super().__init__()
+        self.register_buffer("sigma", torch.tensor([float(sigma)]))
+
+    def forward(self, x):
+        return x + self.sigma.to(x.device) * torch.randn_like(x) if self.training else x
+
+
 class OwnCpuGenerator(Noise):
     """Reproducible noise from a generator of its own: a CPU one, which a GPU input cannot use."""
 
@@ -586,6 +620,11 @@ WRONG_NOISE = [
     (MultipliesNoise, "the noise is multiplied into x. Add it"),
     (OwnCpuGenerator, "a generator of its own, which lives on the cpu device"),
     (OwnCpuGeneratorInPlace, "a generator of its own, which lives on the cpu device"),
+    (NormalAroundX, "torch.normal(x, sigma) does not pass gradients to its mean x"),
+    (DetachesInput, "no gradient reaches x through the layer"),
+    (AntitheticNoise, "the noise repeats itself"),
+    (SigmaVectorBuffer, "the layer keeps sigma as a float32 tensor of shape (1,)"),
+    (SigmaVectorBuffer, "Keep sigma a Python number, or cast it: self.sigma.to(x.dtype)"),
 ]
 
 
@@ -639,7 +678,12 @@ def by_bits(model):
     return int(total)
 
 
-RIGHT_BYTES = [by_nbytes, by_identity, by_bits]
+def with_numpy_prod(model):
+    """np.prod of the shapes: the total is a NumPy integer (np.int64), not an int."""
+    return sum((1 + 3 * p.requires_grad) * np.prod(p.shape) * p.element_size() for p in model.parameters())
+
+
+RIGHT_BYTES = [by_nbytes, by_identity, by_bits, with_numpy_prod]
 
 
 def sixteen_bytes_each(model):

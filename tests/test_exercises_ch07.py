@@ -89,6 +89,16 @@ def one_hot_range_checked_then_moved(labels, num_classes):
     return torch.zeros(len(labels), num_classes).scatter_(1, labels.unsqueeze(1), 1.0).to(labels.device)
 
 
+def one_hot_ones_like_labels(labels, num_classes):         # PyTorch refuses: int64 ones into a float tensor
+    out = torch.zeros(len(labels), num_classes, device=labels.device)
+    return out.scatter_(1, labels.unsqueeze(1), torch.ones_like(labels).unsqueeze(1))
+
+
+def one_hot_output_requires_grad(labels, num_classes):      # autograd refuses in-place writes into a leaf
+    out = torch.zeros(len(labels), num_classes, device=labels.device, requires_grad=True)
+    return out.scatter_(1, labels.unsqueeze(1), 1.0)
+
+
 ONE_HOT_WRONG = [
     (one_hot_wrong_dim, "scatter along dim=1"),
     (one_hot_from_max_label, "use num_classes for the width"),
@@ -104,6 +114,8 @@ ONE_HOT_WRONG = [
     (one_hot_eye_rows, "build it with scatter_"),
     (one_hot_comparison, "build it with scatter_"),
     (one_hot_range_checked_then_moved, "scatter_() got tensors on labels.device and on the default device"),
+    (one_hot_ones_like_labels, "the values written must have the output's dtype"),
+    (one_hot_output_requires_grad, "the output was made with requires_grad=True"),
 ]
 
 
@@ -213,6 +225,19 @@ def select_scores_one_hot_from_labels(scores, labels):  # as wide as the largest
     return (scores * F.one_hot(labels)).sum(-1)
 
 
+def select_scores_output_requires_grad(scores, labels):     # autograd refuses in-place writes into a leaf
+    out = torch.zeros(labels.shape, device=scores.device, requires_grad=True)
+    for b in range(labels.shape[0]):
+        for n in range(labels.shape[1]):
+            out[b, n] = scores[b, n, labels[b, n]]
+    return out
+
+
+def select_scores_shifted_in_place(scores, labels):          # edits the caller's scores
+    scores -= scores.max(-1, keepdim=True).values
+    return scores.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+
+
 SELECT_WRONG = [
     (select_scores_wrong_dim, "gather along dim=2 (or -1)"),
     (select_scores_squeeze_all, "squeeze only the last dim"),
@@ -227,6 +252,8 @@ SELECT_WRONG = [
     (select_scores_eye_rows, "a tensor on the default device (the CPU) was indexed with a tensor on scores.device"),
     (select_scores_argmax, "got torch.int64. argmax gives the index of the best class"),
     (select_scores_one_hot_from_labels, "F.one_hot(labels) is only labels.max() + 1 wide"),
+    (select_scores_output_requires_grad, "the output was made with requires_grad=True"),
+    (select_scores_shifted_in_place, "do not modify scores in place"),
 ]
 
 
@@ -258,10 +285,18 @@ def select_scores_in_float64(scores, labels):  # right values; the task fixes no
     return (scores * F.one_hot(labels, scores.shape[-1]).double()).sum(-1)
 
 
+def select_scores_loop_into_new_zeros(scores, labels):  # writing scores into a plain new tensor keeps the gradient
+    out = scores.new_zeros(labels.shape)
+    for b in range(labels.shape[0]):
+        for n in range(labels.shape[1]):
+            out[b, n] = scores[b, n, labels[b, n]]
+    return out
+
+
 @pytest.mark.parametrize(
     "answer",
     [select_scores_take_along_dim, select_scores_advanced_indexing, select_scores_one_hot_product,
-     select_scores_flat_gather, select_scores_in_float64],
+     select_scores_flat_gather, select_scores_in_float64, select_scores_loop_into_new_zeros],
 )
 def test_select_scores_accepts(answer):
     assert_accepted(check_select_scores, answer)
@@ -381,6 +416,30 @@ def segment_mean_float32_counts(values, ids, num_segments):  # counts made from 
     return sums / counts.clamp(min=1).unsqueeze(1)
 
 
+def segment_mean_int64_ones_scatter_add(values, ids, num_segments):  # PyTorch refuses: int64 ones, float counts
+    sums = values.new_zeros(num_segments, values.shape[1]).index_add_(0, ids, values)
+    counts = values.new_zeros(num_segments).scatter_add_(0, ids, torch.ones_like(ids))
+    return sums / counts.clamp(min=1).unsqueeze(1)
+
+
+def segment_mean_int64_ones_index_add(values, ids, num_segments):
+    sums = values.new_zeros(num_segments, values.shape[1]).index_add_(0, ids, values)
+    counts = values.new_zeros(num_segments).index_add_(0, ids, torch.ones_like(ids))
+    return sums / counts.clamp(min=1).unsqueeze(1)
+
+
+def segment_mean_output_requires_grad(values, ids, num_segments):  # autograd refuses in-place writes into a leaf
+    out = values.new_zeros(num_segments, values.shape[1], requires_grad=True)
+    out.index_add_(0, ids, values)
+    return out / torch.bincount(ids, minlength=num_segments).clamp(min=1).unsqueeze(1)
+
+
+def segment_mean_values_requires_grad(values, ids, num_segments):  # changes the caller's tensor
+    values.requires_grad_()
+    sums = values.new_zeros(num_segments, values.shape[1]).index_add(0, ids, values)
+    return sums / torch.bincount(ids, minlength=num_segments).clamp(min=1).unsqueeze(1)
+
+
 SEGMENT_WRONG = [
     (segment_mean_wrong_broadcast, "counts.unsqueeze(1) makes them divide the rows"),
     (segment_mean_include_self, "include_self=False"),
@@ -402,6 +461,10 @@ SEGMENT_WRONG = [
     (segment_mean_bincount_no_minlength, "minlength=num_segments"),
     (segment_mean_rows_of_values, "(there may be more segments than rows); got (5, 2)"),
     (segment_mean_float32_counts, "anything added into it needs values' dtype too"),
+    (segment_mean_int64_ones_scatter_add, "the values added must have the output's dtype"),
+    (segment_mean_int64_ones_index_add, "the values added must have the output's dtype"),
+    (segment_mean_output_requires_grad, "the output was made with requires_grad=True"),
+    (segment_mean_values_requires_grad, "do not call values.requires_grad_()"),
 ]
 
 

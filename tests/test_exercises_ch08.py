@@ -135,10 +135,20 @@ def right_accelerator_streams(fn, devices, clock=time.perf_counter):
     return warm_then_time(fn, wait, clock)
 
 
+def right_cuda_indices(fn, devices, clock=time.perf_counter):
+    indices = [d.index for d in devices if d.type == "cuda"]  # each GPU's own index, wherever it is listed
+
+    def wait():
+        for i in indices:
+            torch.cuda.synchronize(i)
+
+    return warm_then_time(fn, wait, clock)
+
+
 @pytest.mark.parametrize("answer", [right_cuda_loops, right_with_measure, right_every_visible_gpu,
                                     right_accelerator_api_median, right_average_of_ten, right_device_context,
                                     right_set_device, right_accelerator_device_index, right_current_streams,
-                                    right_accelerator_streams])
+                                    right_accelerator_streams, right_cuda_indices])
 def test_fixed_timer_accepts(answer):
     assert outcome(check_fixed_timer, answer) == ("passed", "")
 
@@ -311,6 +321,35 @@ def streams_of_every_device(fn, devices, clock=time.perf_counter):  # the CPU ha
     return warm_then_time(fn, wait, clock)
 
 
+def positions_for_indices(fn, devices, clock=time.perf_counter):
+    """enumerate gives each device's place in the list, not its CUDA index."""
+    def wait():
+        for i, d in enumerate(devices):
+            if d.type == "cuda":
+                torch.cuda.synchronize(i)
+
+    return warm_then_time(fn, wait, clock)
+
+
+def range_of_the_length(fn, devices, clock=time.perf_counter):
+    def wait():
+        if torch.cuda.is_available():
+            for i in range(len(devices)):
+                torch.cuda.synchronize(i)
+
+    return warm_then_time(fn, wait, clock)
+
+
+def skips_the_cpu_only_when_first(fn, devices, clock=time.perf_counter):
+    gpus = devices[1:] if devices[0].type == "cpu" else devices
+
+    def wait():
+        for d in gpus:
+            torch.cuda.synchronize(d)
+
+    return warm_then_time(fn, wait, clock)
+
+
 @pytest.mark.parametrize(
     ("wrong", "hint"),
     [
@@ -337,6 +376,9 @@ def streams_of_every_device(fn, devices, clock=time.perf_counter):  # the CPU ha
         (bare_sync_always, "on a machine without a GPU"),
         (current_stream_only, "after fn it waited for cuda:0 only"),
         (streams_of_every_device, "skip the CPU"),
+        (positions_for_indices, "waited for cuda:0, which devices [cuda:2, cpu] does not hold, and not for cuda:2"),
+        (range_of_the_length, "its place in the list (enumerate(devices), range(len(devices))) is not its CUDA index"),
+        (skips_the_cpu_only_when_first, "skip the CPU"),
     ],
 )
 def test_fixed_timer_rejects(wrong, hint):
@@ -436,6 +478,7 @@ def test_report_accepts(answer):
         (with_changes(F="ok"), "what was still queued on cuda:1 when the clock started?"),
         (with_changes(F="current-device"), "the extra 50 ms come from before it"),
         (with_changes(D="impossible-speed-up"), "is not one of the REASONS"),
+        (with_changes(A=["warm-up"]), "row A: give one key of REASONS, a string such as 'ok', not a list"),
         (with_changes(should_be=40.3), "the step ends when the busier one finishes"),
         (with_changes(should_be=20.4), "the step ends when the busier one finishes"),
         (with_changes(should_be=10.2), "the step ends when the busier one finishes"),

@@ -12,6 +12,18 @@ __all__ = ["check_ones"]
 SIZES = (0, 1, 3, 7)
 
 
+def _dtype_hint(dtype: torch.dtype) -> str:
+    """The likely cause of a dtype other than float32."""
+    if dtype == torch.float64:
+        return ("a NumPy array is float64, and so is the tensor made from it (torch.from_numpy, torch.tensor); "
+                "build it with torch, without dtype=")
+    if dtype == torch.bool:
+        return "True is not 1.0: comparisons and dtype=torch.bool make a tensor of booleans"
+    if dtype.is_floating_point or dtype.is_complex:
+        return "leave the dtype at torch's default, float32"
+    return "an int fill value or a list of ints makes an integer tensor"
+
+
 @exercise("Warm-up · a tensor of ones")
 def check_ones(answer) -> None:
     """``answer(n)`` must return a 1-D float32 tensor of shape ``(n,)`` filled with ones, for every n >= 0."""
@@ -28,10 +40,6 @@ def check_ones(answer) -> None:
         )
         expect(
             result.dtype == torch.float32,
-            f"ones({n}) must be float32, like torch.ones(n), got {result.dtype}: "
-            + ("an int fill value or a list of ints makes an integer tensor" if not result.is_floating_point()
-               else "a NumPy array is float64, and so is the tensor made from it (torch.from_numpy, "
-               "torch.tensor); build it with torch, without dtype=" if result.dtype == torch.float64
-               else "leave the dtype at torch's default, float32"),
+            f"ones({n}) must be float32, like torch.ones(n), got {result.dtype}: {_dtype_hint(result.dtype)}",
         )
         expect(bool((result == 1).all()), f"every entry of ones({n}) must be 1")

@@ -28,7 +28,7 @@ class _Projection(nn.Linear):
     ``NonDynamicallyQuantizableLinear``): its name does not say "Linear", so a test on the name misses it."""
 
 
-def _expect_trainable(layers: dict[int, nn.Module]) -> None:
+def _expect_trainable(layers: dict[int | str, nn.Module]) -> None:
     """Every parameter of these layers still requires grad, and none is an inference tensor."""
     for i, layer in layers.items():
         for name, p in layer.named_parameters():
@@ -138,6 +138,12 @@ def check_init_xavier(init_fn: Callable[[nn.Module], object]) -> None:
         kind = "a subclass of nn.Linear" if type(layer) is not nn.Linear else "an nn.Linear"
         what = f"layer {i} ({kind}, {layer.in_features}→{layer.out_features}"
         for name in ("weight", "bias"):
+            fill = "nn.init.xavier_uniform_(m.weight)" if name == "weight" else "nn.init.zeros_(m.bias)"
+            expect(
+                getattr(layer, name, None) is not None,
+                f"{what})'s {name} is None now: assigning m.{name} = None removes the parameter instead of "
+                f"filling it. Fill it in place with {fill}",
+            )
             expect(
                 getattr(layer, name) is before[f"{i}.{name}"],
                 f"{what})'s {name} is a new Parameter object: fill the layer's own tensor in place "
@@ -193,6 +199,22 @@ def check_init_xavier(init_fn: Callable[[nn.Module], object]) -> None:
         "alone. A test such as isinstance(m, (nn.Linear, nn.Conv2d)), or on the weight's number of dimensions, "
         "reaches other layers too; isinstance(m, nn.Linear) is the test",
     )
+    # A linear layer built with bias=False has m.bias None: the answer skips that bias, not the layer.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1)
+        no_bias = nn.Sequential(nn.Linear(200, 100, bias=False))
+        with learner_code(
+            "net.apply(init_xavier) on a network with an nn.Linear(200, 100, bias=False)",
+            "a layer built with bias=False has m.bias None: skip its bias (if m.bias is not None), but still "
+            "initialise its weight",
+        ):
+            no_bias.apply(init_fn)
+    weight = getattr(no_bias[0], "weight", None)
+    expect(
+        isinstance(weight, torch.Tensor) and weight.shape == (100, 200) and _std_matches(weight, math.sqrt(2 / 300)),
+        "an nn.Linear(200, 100, bias=False) did not get Xavier weights: a layer without a bias is a linear layer "
+        "too. Test m.bias is not None only around nn.init.zeros_(m.bias), and initialise every weight",
+    )
 
 
 # ---------------------------------------------------------------- Exercise 2
@@ -210,16 +232,17 @@ def check_initialize_lazy(initialize: Callable[[nn.Module, torch.Tensor], nn.Mod
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         # A LayerNorm (not lazy, with a scale and shift of its own) is there to be left alone.
+        # The middle LazyLinear sits in a nested nn.Sequential: only a walk over every module reaches it.
         net = nn.Sequential(nn.LazyLinear(256, **f64), nn.LayerNorm(256, **f64), nn.ReLU(),
-                            nn.LazyLinear(128, **f64), nn.ReLU(), nn.LazyLinear(10, **f64))
+                            nn.Sequential(nn.LazyLinear(128, **f64), nn.ReLU()), nn.LazyLinear(10, **f64))
         with torch.no_grad():
             net[1].weight.fill_(2.0)
             net[1].bias.fill_(0.5)
         norm = _kept(net, (1,))  # to be left alone
         example = torch.rand(4, 300, **f64)
         with learner_code(
-            "initialize_lazy(net, example_input) on a network of LazyLinear layers and a LayerNorm (float64, like "
-            "its input)",
+            "initialize_lazy(net, example_input) on a network of LazyLinear layers (one in a nested nn.Sequential) "
+            "and a LayerNorm (float64, like its input)",
             "a lazy layer's weight has no shape until the network has seen an input: run net(example_input) "
             "once, with the example itself (its width, dtype and device), before any nn.init call",
         ):
@@ -229,13 +252,18 @@ def check_initialize_lazy(initialize: Callable[[nn.Module, torch.Tensor], nn.Mod
         not any(isinstance(p, nn.parameter.UninitializedParameter) for p in net.parameters()),
         "some parameters are still uninitialized: call net(example_input) once to infer the shapes",
     )
-    layers = [net[0], net[3], net[5]]
-    _expect_trainable(dict(zip((0, 3, 5), layers, strict=True)))
-    for i, layer, n_in, n_out in ((0, layers[0], 300, 256), (3, layers[1], 256, 128), (5, layers[2], 128, 10)):
+    layers = [net[0], net[3][0], net[4]]
+    _expect_trainable(dict(zip((0, "3.0", 4), layers, strict=True)))
+    for i, layer, n_in, n_out in ((0, layers[0], 300, 256), ("3.0", layers[1], 256, 128), (4, layers[2], 128, 10)):
         expect(
             layer.weight.shape == (n_out, n_in),
             f"layer {i} must have weight shape {(n_out, n_in)}, it has {tuple(layer.weight.shape)}: run the "
             "dry run on example_input itself",
+        )
+        expect(
+            getattr(layer, "bias", None) is not None,
+            f"layer {i}'s bias is None now: assigning m.bias = None removes the bias instead of zeroing it. Fill "
+            "it in place with nn.init.zeros_(m.bias)",
         )
         expect(
             layer.weight.dtype == layer.bias.dtype == torch.float64,
@@ -247,7 +275,12 @@ def check_initialize_lazy(initialize: Callable[[nn.Module, torch.Tensor], nn.Mod
         got = layer.weight.std().item()
         default_std = 1 / math.sqrt(3 * n_in)  # nn.Linear's default: U(-b, b) with b = 1/sqrt(fan_in)
         looks_default = math.isclose(got, default_std, rel_tol=0.05)
-        if looks_default and layer.weight.abs().max().item() <= math.sqrt(3) * default_std * (1 + 1e-6):
+        in_default_bound = layer.weight.abs().max().item() <= math.sqrt(3) * default_std * (1 + 1e-6)
+        if looks_default and in_default_bound and i == "3.0":
+            why = (f" That is nn.Linear's default, 1/sqrt(3 fan_in) = {default_std:.4f}: this layer sits in a "
+                   "nested nn.Sequential, and net.children() (or `for m in net`) visits the top level only. "
+                   "Walk every module: net.modules() or net.apply(init)")
+        elif looks_default and in_default_bound:
             why = (f" That is nn.Linear's default, 1/sqrt(3 fan_in) = {default_std:.4f}: your init never "
                    "ran. Dry run first, then test isinstance(m, nn.Linear): after the dry run each LazyLinear "
                    "has become an nn.Linear (a test on nn.LazyLinear finds none), and before it "

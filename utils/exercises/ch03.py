@@ -7,7 +7,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from utils.checks import exercise, expect, learner_code
+from utils.checks import exercise, expect, keeps_global_rng, learner_code
 
 __all__ = ["check_count_parameters", "check_load_checked", "check_tied_lm"]
 
@@ -63,6 +63,10 @@ def check_tied_lm(cls: type[nn.Module]) -> None:
            "keep the embedding in self.embed (nn.Embedding) and the output layer in self.head (nn.Linear)")
     expect(tuple(embed.weight.shape) == (vocab, dim),
            f"the embedding of TiedLM({vocab}, {dim}) must have weight shape ({vocab}, {dim})")
+    expect(head.in_features == dim and head.out_features == vocab,
+           f"the head maps dim features to vocab_size logits: nn.Linear(dim, vocab_size, bias=False), here "
+           f"nn.Linear({dim}, {vocab}); got nn.Linear({head.in_features}, {head.out_features}). Its weight then has "
+           f"the embedding's shape ({vocab}, {dim}) without any transpose")
     expect(head.bias is None, "the head has no bias: nn.Linear(dim, vocab_size, bias=False)")
 
     def first_forward() -> None:
@@ -74,22 +78,11 @@ def check_tied_lm(cls: type[nn.Module]) -> None:
     shared = [p for p in model.parameters() if p.shape == (vocab, dim)]
     expect(len(shared) == 1, f"the model holds {len(shared)} ({vocab}, {dim}) parameters; a tied model holds one")
 
-    seen = []
-    handle = head.register_forward_hook(lambda module, args, output: seen.append(output))
-    try:
-        with learner_code("calling the model on a (3, 7) batch of token ids", "the error is in your forward"):
-            logits = model(tokens)
-    finally:
-        handle.remove()
+    with learner_code("calling the model on a (3, 7) batch of token ids", "the error is in your forward"):
+        logits = model(tokens)
     expect(isinstance(logits, torch.Tensor) and logits.shape == (3, 7, vocab),
            f"model(tokens) with tokens of shape (3, 7) must return logits of shape (3, 7, {vocab}); "
            f"got {tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__}")
-    # The head may run on a (3 * 7, dim) view or sequence-first: the logits hold its outputs, in any layout.
-    def by_column(t: torch.Tensor) -> torch.Tensor:
-        return t.reshape(-1, vocab).sort(dim=0).values
-
-    expect(len(seen) == 1 and isinstance(seen[0], torch.Tensor) and seen[0].numel() == logits.numel()
-           and torch.equal(by_column(seen[0]), by_column(logits)), "the logits must be the output of self.head")
     with learner_code("back-propagating a cross-entropy loss through your model", "is part of forward detached?"):
         nn.functional.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1)).backward()
     expect(embed.weight.grad is not None and bool(embed.weight.grad.abs().sum() > 0),
@@ -98,6 +91,21 @@ def check_tied_lm(cls: type[nn.Module]) -> None:
     with torch.no_grad(), learner_code("calling the model in eval mode on the batch, then on it in reverse order",
                                        "the error is in your forward"):
         ahead, reversed_ = model(tokens), model(tokens.flip(0))
+    # The head may run once or many times (per step, per sample), on any view of its input: if each of its
+    # outputs is shifted by `delta` (one exact value per vocabulary entry), every logit must shift by it.
+    delta = torch.arange(vocab, dtype=torch.float32) / 8 + 1
+    handle = head.register_forward_hook(lambda module, args, output: output + delta)
+    try:
+        with torch.no_grad(), learner_code("calling the model in eval mode on the batch",
+                                           "the error is in your forward"):
+            shifted = model(tokens)
+    finally:
+        handle.remove()
+    expect(isinstance(ahead, torch.Tensor) and ahead.shape == logits.shape and ahead.is_floating_point()
+           and isinstance(shifted, torch.Tensor) and shifted.shape == ahead.shape and shifted.dtype == ahead.dtype
+           and torch.allclose((shifted - ahead).float(), delta.expand(ahead.shape), atol=1e-4),
+           "the logits must be the output of self.head: return what self.head returns (reshaped or transposed "
+           "back to (batch, seq, vocab_size) if need be), not logits computed beside it or transformed after it")
     expect(isinstance(reversed_, torch.Tensor) and reversed_.shape == ahead.shape
            and torch.allclose(reversed_, ahead.flip(0), atol=1e-5),
            "logits[b, t] must belong to tokens[b, t]: reversing the batch must reverse the logits, but here the "
@@ -118,6 +126,7 @@ def check_tied_lm(cls: type[nn.Module]) -> None:
 
 
 @exercise("Exercise 2 · Count parameters once")
+@keeps_global_rng
 def check_count_parameters(count: Callable[[nn.Module], int]) -> None:
     """``count(model)``: the trainable numbers in ``model``, each shared tensor once, no buffers, meta too."""
 
@@ -158,6 +167,15 @@ def check_count_parameters(count: Callable[[nn.Module], int]) -> None:
             got = count(model)
         expect(isinstance(got, int) and not isinstance(got, bool),
                f"return an int, got {type(got).__name__} (for {label}); wrap a tensor or float in int(...)")
+        if got == 0 != expected:  # a fresh model has no .grad yet: a filter on p.grad keeps nothing
+            probe = nn.Linear(3, 2)
+            probe.weight.grad = torch.zeros_like(probe.weight)
+            with learner_code("calling count_parameters on nn.Linear(3, 2) whose weight alone has a .grad", why):
+                on_probe = count(probe)
+            expect(not (isinstance(on_probe, int) and on_probe == 6),
+                   f"for {label} expected {expected}, got 0: p.grad is None until a backward pass has run, so a "
+                   "model fresh from __init__ has no gradients, yet all its parameters are trainable. Filter on "
+                   "p.requires_grad, not on p.grad")
         expect(got == expected, f"for {label} expected {expected}, got {got}: {why}")
 
 
@@ -180,6 +198,13 @@ class _Twins(nn.Module):
         self.lin1, self.lin2 = nn.Linear(4, 4), nn.Linear(4, 4)
 
 
+def _normed() -> nn.Sequential:
+    """A tie around a BatchNorm1d, whose running statistics are buffers: a checkpoint holds more than Parameters."""
+    model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Linear(4, 4))
+    model[2].weight = model[0].weight
+    return model
+
+
 def _perturbed(model: nn.Module, seed: int) -> nn.Module:
     """``model`` with every parameter set to distinct random values (a tie stays a tie)."""
     generator = torch.Generator().manual_seed(seed)
@@ -199,6 +224,7 @@ def _holds(model: nn.Module, state: dict[str, torch.Tensor]) -> bool:
 
 
 @exercise("Exercise 3 · Refuse an untied checkpoint")
+@keeps_global_rng
 def check_load_checked(load: Callable[[nn.Module, dict], object]) -> None:
     """``load(model, state_dict)`` loads, unless names sharing one Parameter carry different values.
 
@@ -217,6 +243,9 @@ def check_load_checked(load: Callable[[nn.Module, dict], object]) -> None:
         thrice = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
         thrice.extend([thrice[0], nn.ReLU(), thrice[0]])       # one Linear under the names 0, 2 and 4
         thrice_file = {k: v + 0.5 for k, v in thrice.state_dict().items()}   # tied, and new to the model
+        normed, normed_file = _normed(), _perturbed(_normed(), 9).state_dict()
+        normed_file.update({"1.running_mean": torch.randn(4), "1.running_var": torch.rand(4) + 0.5,
+                            "1.num_batches_tracked": torch.tensor(3)})
 
     id_hint = ("find the names that share one Parameter by identity, e.g. group "
                "model.named_parameters(remove_duplicate=False) by id(p)")
@@ -303,3 +332,28 @@ def check_load_checked(load: Callable[[nn.Module, dict], object]) -> None:
         refuses(thrice, state, (odd,), f"a checkpoint where {odd}, one of three names of one weight, differs",
                 "A Parameter can have more than two names: compare every name of a group with the first, not "
                 "just one pair (a dict from one name to the next keeps only the last pair)")
+
+    # 8. Buffers (BatchNorm's running statistics) are in the checkpoint too, and are not Parameters: it loads.
+    buffers_hint = ("a checkpoint also holds buffers (BatchNorm's running_mean, running_var, num_batches_tracked), "
+                    "which are not Parameters: take the names that share one Parameter from "
+                    "model.named_parameters(remove_duplicate=False), not from the checkpoint's keys "
+                    "(model.get_parameter raises on a buffer's name)")
+    with learner_code("calling load_checked(tied model with a BatchNorm1d, tied checkpoint)", buffers_hint):
+        try:
+            load(normed, normed_file)
+        except ValueError as err:
+            expect(False, f"a tied checkpoint for a model with a BatchNorm1d was refused ({err}): {buffers_hint}")
+    expect(_holds(normed, normed_file) and normed[2].weight is normed[0].weight,
+           "a tied checkpoint for a model with a BatchNorm1d must be loaded, buffers included, keeping the tie: "
+           "call model.load_state_dict(state_dict)")
+
+    # 9. A checkpoint that lacks a key, its ties intact: the strict load_state_dict refuses it.
+    partial = {k: v for k, v in _perturbed(_TinyLM(), 10).state_dict().items() if k != "norm.bias"}
+    try:
+        load(_perturbed(_TinyLM(), 11), partial)
+    except Exception:  # the RuntimeError of a strict load, or the answer's own refusal
+        pass
+    else:
+        expect(False, "a checkpoint without norm.bias was loaded without complaint, leaving norm.bias as it was: "
+                      "load with model.load_state_dict(state_dict), which is strict by default and raises on "
+                      "missing or unexpected keys; do not pass strict=False")

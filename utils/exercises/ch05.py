@@ -8,6 +8,8 @@ have": the learner's own file, re-saved with every storage tagged with such a de
 
 from __future__ import annotations
 
+import inspect
+import numbers
 import pickle
 import tempfile
 from collections import OrderedDict
@@ -36,6 +38,24 @@ class _Wrapped(nn.Module):
         self.encoder = nn.Linear(4, 3)
         self.submodule = nn.Linear(3, 2)
         self.register_buffer("steps", torch.tensor(7))
+
+
+class _DataParallelLike(nn.Module):
+    """Whose ``state_dict()`` is what ``nn.DataParallel(_Wrapped())``'s holds: every key under ``module.``,
+    and a ``_metadata`` attribute (each submodule's version, by name) that ``load_state_dict`` reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.module = _Wrapped()
+
+
+def _default_prefix(fn: Callable[..., object]) -> object:
+    """The default of ``fn``'s ``prefix`` parameter; None when it has none or its signature cannot be read."""
+    try:
+        param = inspect.signature(fn).parameters.get("prefix")
+    except (TypeError, ValueError):
+        return None
+    return None if param is None or param.default is inspect.Parameter.empty else param.default
 
 
 _HOW = (
@@ -88,6 +108,8 @@ def _judge_keys(fn: Callable[..., object], given: OrderedDict, prefix: str | Non
     """Call ``fn`` on ``given`` and check the result against the correct stripping."""
     p = "module." if prefix is None else prefix
     keys, values = list(given), list(given.values())
+    meta = getattr(given, "_metadata", None)
+    meta_before = None if meta is None else [(k, dict(v)) for k, v in meta.items()]
     with learner_code(what, "strip_prefix(state_dict, prefix='module.') takes a dict of name -> tensor and "
                             "returns a new one"):
         out = fn(given) if prefix is None else fn(given, prefix=prefix)
@@ -97,12 +119,25 @@ def _judge_keys(fn: Callable[..., object], given: OrderedDict, prefix: str | Non
         "do not modify the state dict you were given: build a new one (a caller may still need the original)",
     )
     expect(
+        getattr(given, "_metadata", None) is meta and (meta is None or list(meta.items()) == meta_before),
+        "do not modify the state dict you were given, nor its _metadata (the submodules' versions, which "
+        "load_state_dict reads): copy.copy(state_dict) shares _metadata with the original, and "
+        "consume_prefix_in_state_dict_if_present renames its entries in place. Build a new dict, e.g. "
+        "OrderedDict(state_dict) or a dict comprehension",
+    )
+    expect(
         out is not given,
         "return a new dict, also when no key starts with the prefix: the dict you were given, handed back, is "
         "shared with the caller, so a change to either shows in the other",
     )
     want = [k[len(p):] if k.startswith(p) else k for k in keys]
-    if sorted(out) != sorted(want):  # the order of the keys does not matter to load_state_dict
+    if set(out) != set(want):  # the order of the keys does not matter to load_state_dict
+        default = _default_prefix(fn) if prefix is None else None
+        expect(
+            not isinstance(default, str) or default == p,
+            f"strip_prefix(state_dict), called without a prefix, must strip {p!r}; your default is prefix="
+            f"{default!r}. Give the parameter the default the task names, prefix={p!r}",
+        )
         expect(False, _key_hint(given, out, want, p, named=prefix is not None))
     expect(
         all(out[w] is v for w, v in zip(want, values, strict=True)),
@@ -116,9 +151,9 @@ def _judge_keys(fn: Callable[..., object], given: OrderedDict, prefix: str | Non
 def check_strip_prefix(fn: Callable[..., dict]) -> None:
     """``fn(state_dict, prefix="module.")`` returns a new dict with ``prefix`` removed from the start of keys."""
     torch.manual_seed(0)
-    model = _Wrapped()
-    # What nn.DataParallel / DistributedDataParallel(model).state_dict() holds: every key under "module.".
-    wrapped = OrderedDict(("module." + k, v) for k, v in model.state_dict().items())
+    # What nn.DataParallel / DistributedDataParallel(model).state_dict() holds: every key under "module.",
+    # and _metadata, which must not change either.
+    wrapped = _DataParallelLike().state_dict()
     _judge_keys(fn, wrapped, None, "calling strip_prefix(state_dict) on a DataParallel state dict")
 
     t = [torch.full((1,), float(i)) for i in range(5)]
@@ -158,7 +193,11 @@ def _train(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, 
 
 
 def _model() -> nn.Module:
-    return nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 1))
+    """Batch norm's running statistics are buffers: model state that is not a parameter, and must come back too."""
+    return nn.Sequential(nn.Linear(4, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 1))
+
+
+_LR, _OTHER_LR = 0.05, 0.01  # the training's learning rate; the fresh optimizers' own, which load must replace
 
 
 def _absent_gpu() -> str:
@@ -181,25 +220,80 @@ def _retagged(source: Path, target: Path, location: str) -> None:
         raise RuntimeError(f"could not write a checkpoint tagged {location}; got the tags {sorted(tags)}")
 
 
-def _snapshot(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict, torch.Tensor]:
-    weights = {k: v.clone() for k, v in model.state_dict().items()}
-    state = {i: {k: v.clone() for k, v in s.items()} for i, s in optimizer.state_dict()["state"].items()}
-    return weights, state, torch.get_rng_state()
+def _clone(value: object) -> object:
+    return value.clone() if isinstance(value, torch.Tensor) else value
 
 
-def _same_state(a: dict, b: dict) -> bool:
-    return a.keys() == b.keys() and all(
-        a[i].keys() == b[i].keys() and all(torch.equal(a[i][k].cpu(), b[i][k].cpu()) for k in a[i]) for i in a
-    )
+def _snapshot(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, object]:
+    """What a resume needs, by part (the keys of ``_NOT_RESTORED``)."""
+    weights = model.state_dict()
+    params = {name for name, _ in model.named_parameters()}
+    opt = optimizer.state_dict()
+    return {
+        "parameters": {k: v.clone() for k, v in weights.items() if k in params},
+        "buffers": {k: v.clone() for k, v in weights.items() if k not in params},
+        "optimizer state": {i: {k: _clone(v) for k, v in s.items()} if isinstance(s, dict) else s
+                            for i, s in opt["state"].items()},
+        "optimizer settings": [{k: v for k, v in g.items() if k != "params"} if isinstance(g, dict) else g
+                               for g in opt["param_groups"]],
+        "rng": torch.get_rng_state(),
+    }
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal values, tensors compared exactly; False, never an error, for values that do not compare."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
+                and a.dtype == b.dtype and torch.equal(a.cpu(), b.cpu()))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_same(u, v) for u, v in zip(a, b, strict=True))
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
 
 
 _SAVE_HINT = "save(path, model, optimizer, step) writes the checkpoint to path and returns nothing in particular"
 _LOAD_HINT = "load(path, model, optimizer) restores into the model and optimizer it is given and returns the step"
 
+# Each part of the state, as it reads in a hint, and what to do when it does not come back.
+_NOT_RESTORED = {
+    "parameters": (
+        "the model's weights",
+        "after load the model must hold the saved weights: model.load_state_dict(checkpoint[...]) into the model "
+        "you are given (with strict=True, so that a wrong key cannot pass silently)",
+    ),
+    "buffers": (
+        "the model's buffers",
+        "after load the model's buffers (here batch norm's running mean and variance) must hold the saved values "
+        "too: save model.state_dict(), which holds the buffers as well as the parameters, and load it with "
+        "model.load_state_dict(...)",
+    ),
+    "optimizer state": (
+        "the optimizer's state",
+        "the optimizer's state (Adam's step counts and moving averages) is not restored: save "
+        "optimizer.state_dict() and load it with optimizer.load_state_dict(...) into the optimizer you are given",
+    ),
+    "optimizer settings": (
+        "the optimizer's settings",
+        f"the optimizer's settings (its param_groups: the learning rate {_LR} here, the betas, ...) are not "
+        f"restored, and the fresh optimizer was made with lr={_OTHER_LR}: save the whole optimizer.state_dict(), "
+        "which holds 'param_groups' as well as 'state', and load it with optimizer.load_state_dict(...)",
+    ),
+    "rng": (
+        "torch's random state",
+        "torch's random state is not restored, so the batch order and the dropout masks after resuming "
+        "differ: save torch.get_rng_state() and restore it with torch.set_rng_state(...)",
+    ),
+}
+
 
 def _expect_restored(step: object, want_step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
-                     saved: tuple[dict, dict, torch.Tensor]) -> None:
-    weights, state, rng = saved
+                     saved: dict[str, object], later: tuple[int, dict[str, object]] | None = None) -> None:
+    """``later``: the step and state of a save made after this file's, which a value kept outside the file
+    (in a variable of the learner's program) would give instead."""
     expect(
         not isinstance(step, torch.Tensor) or step.numel() != 1 or step.item() != want_step,
         f"load must return the step that save was given, the int {want_step}, not a tensor holding it "
@@ -207,26 +301,65 @@ def _expect_restored(step: object, want_step: int, model: nn.Module, optimizer: 
         "or return .item()",
     )
     expect(
+        type(step) is int or not isinstance(step, numbers.Real) or step != want_step,
+        f"load must return the step as the int that save was given, {want_step}, not the "
+        f"{type(step).__name__} {step!r}: store step itself in the checkpoint (not float(step)), or return int(...)",
+    )
+    if later is not None:
+        expect(
+            not (type(step) is int and step == later[0]),
+            f"load returned {step}, the step of a later save, for the file saved as step {want_step}: store the "
+            "step in the checkpoint file itself, not in a variable of your program (a new process starts "
+            "without it), so that each file gives back its own",
+        )
+    expect(
         type(step) is int and step == want_step,
         f"load must return the step that save was given, stored in the checkpoint ({want_step} for this one), "
         f"not a constant or Adam's own step count; got {step!r}",
     )
-    expect(
-        all(torch.equal(v, weights[k]) for k, v in model.state_dict().items()),
-        "after load the model must hold the saved weights: model.load_state_dict(checkpoint[...]) into the model "
-        "you are given (with strict=True, so that a wrong key cannot pass silently)",
-    )
-    loaded_state = {i: dict(s) for i, s in optimizer.state_dict()["state"].items()}
-    expect(
-        _same_state(loaded_state, state),
-        "the optimizer's state (Adam's step counts and moving averages) is not restored: save "
-        "optimizer.state_dict() and load it with optimizer.load_state_dict(...) into the optimizer you are given",
-    )
-    expect(
-        torch.equal(torch.get_rng_state(), rng),
-        "torch's random state is not restored, so the batch order and the dropout masks after resuming "
-        "differ: save torch.get_rng_state() and restore it with torch.set_rng_state(...)",
-    )
+    with learner_code("reading model.state_dict() and optimizer.state_dict() after load",
+                      "restore the model and the optimizer with their own load_state_dict methods"):
+        now = _snapshot(model, optimizer)
+    for part, (name, hint) in _NOT_RESTORED.items():
+        if _same(now[part], saved[part]):
+            continue
+        if later is not None:
+            expect(
+                not _same(now[part], later[1][part]),
+                f"after loading the file saved as step {want_step}, {name} came from a later save (step "
+                f"{later[0]}), not from this file: store it in the checkpoint file itself, not in a variable of "
+                "your program (a new process starts without it)",
+            )
+        expect(False, hint)
+
+
+def _expect_readable(path: Path) -> None:
+    """The file at ``path`` exists and loads with ``weights_only=True``; else a hint on how it was written."""
+    expect(path.is_file(), "save(path, model, optimizer, step) must write the file at path")
+    try:
+        torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        expect(other_format(path) != "safetensors",
+               "the file is a safetensors file, which holds named tensors only: not the optimizer's state "
+               "with its settings, the step or the random state. Write one dict of them all with torch.save "
+               "(or save_checkpoint)")
+        try:
+            unsafe = sorted(name for name in torch.serialization.get_unsafe_globals_in_checkpoint(path)
+                            if name.startswith("numpy"))
+        except Exception:  # a file torch.save did not write, or the legacy format
+            unsafe = ["numpy"] if "numpy" in str(err) else []
+        expect(not unsafe,
+               f"the checkpoint must load with torch.load(path, weights_only=True), and it holds numpy objects "
+               f"({', '.join(unsafe)}), which that refuses: store the step as a Python int (int(step), not "
+               "np.int64) and tensors rather than arrays. Only torch's random state is needed: the check draws "
+               "from torch's generator alone")
+        expect(not isinstance(err, pickle.UnpicklingError),
+               "the checkpoint must load with torch.load(path, weights_only=True), and it holds a pickled "
+               "object (torch.save(model) or torch.save(optimizer) pickle whole objects): store state dicts, "
+               "tensors and numbers")
+        # a file torch.load cannot read at all means the same to a learner
+        expect(False, f"torch.load(path, weights_only=True) cannot read the file ({type(err).__name__}): "
+                      "write it with torch.save (or save_checkpoint)")
 
 
 @exercise("Exercise 2 · A checkpoint that resumes exactly")
@@ -235,9 +368,11 @@ def check_resume(save: Callable[..., object], load: Callable[..., int]) -> None:
     """``save(path, model, optimizer, step)`` and ``load(path, model, optimizer) -> step``.
 
     Training 3 steps, saving, loading into a fresh model and optimizer in a "new process" (another random
-    seed) and training 3 more must give exactly the weights of 6 uninterrupted steps. A second checkpoint,
-    written after 5 steps but saved as step 500 (so that Adam's own step count is not the answer) and
-    tagged with a GPU this machine lacks, must load too, restore its own values and return 500.
+    seed, another learning rate) and training 3 more must give exactly the weights of 6 uninterrupted steps.
+    A second checkpoint, written after 5 steps but saved as step 500 (so that Adam's own step count is not the
+    answer) and tagged with a GPU this machine lacks, must load too, restore its own values and return 500.
+    Last, the first file, loaded again, must still give back its own values: state kept outside the file (in
+    a variable of the program) would be that of the later save.
     """
     gen = torch.Generator().manual_seed(5)
     x, y = torch.randn(32, 4, generator=gen), torch.randn(32, 1, generator=gen)
@@ -245,35 +380,21 @@ def check_resume(save: Callable[..., object], load: Callable[..., int]) -> None:
         path = Path(folder) / "resume.pt"
         torch.manual_seed(0)
         straight = _model()
-        opt = torch.optim.Adam(straight.parameters(), lr=0.05)
+        opt = torch.optim.Adam(straight.parameters(), lr=_LR)
         _train(straight, opt, x, y, 6)
 
         torch.manual_seed(0)
         first = _model()
-        opt = torch.optim.Adam(first.parameters(), lr=0.05)
+        opt = torch.optim.Adam(first.parameters(), lr=_LR)
         _train(first, opt, x, y, 3)
         at_3 = _snapshot(first, opt)
         with learner_code("calling save_training_state(path, model, optimizer, 3)", _SAVE_HINT):
             save(path, first, opt, 3)
-        expect(path.is_file(), "save(path, model, optimizer, step) must write the file at path")
-        try:
-            torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as err:
-            expect(other_format(path) != "safetensors",
-                   "the file is a safetensors file, which holds named tensors only: not the optimizer's state "
-                   "with its settings, the step or the random state. Write one dict of them all with torch.save "
-                   "(or save_checkpoint)")
-            expect(not isinstance(err, pickle.UnpicklingError),
-                   "the checkpoint must load with torch.load(path, weights_only=True), and it holds a pickled "
-                   "object (torch.save(model) or torch.save(optimizer) pickle whole objects): store state dicts, "
-                   "tensors and numbers")
-            # a file torch.load cannot read at all means the same to a learner
-            expect(False, f"torch.load(path, weights_only=True) cannot read the file ({type(err).__name__}): "
-                          "write it with torch.save (or save_checkpoint)")
+        _expect_readable(path)
 
         torch.manual_seed(1234)  # a new process: other initial weights, another random stream
         resumed = _model()
-        opt2 = torch.optim.Adam(resumed.parameters(), lr=0.05)
+        opt2 = torch.optim.Adam(resumed.parameters(), lr=_OTHER_LR)
         params = list(resumed.parameters())
         with learner_code("calling load_training_state(path, model, optimizer) on that file", _LOAD_HINT):
             step = load(path, resumed, opt2)
@@ -296,17 +417,36 @@ def check_resume(save: Callable[..., object], load: Callable[..., int]) -> None:
         written = Path(folder) / "written.pt"
         with learner_code("calling save_training_state(path, model, optimizer, 500)", _SAVE_HINT):
             save(written, first, opt, 500)  # the caller's step, which need not be Adam's count (5)
+        _expect_readable(written)
         gpu = _absent_gpu()
         from_gpu = Path(folder) / "from_gpu.pt"
         _retagged(written, from_gpu, gpu)
+        beside = sorted(p.name for p in Path(folder).iterdir() if p.name not in {path.name, written.name,
+                                                                                  from_gpu.name})
         torch.manual_seed(4321)
         fresh = _model()
-        opt3 = torch.optim.Adam(fresh.parameters(), lr=0.05)
+        opt3 = torch.optim.Adam(fresh.parameters(), lr=_OTHER_LR)
         with learner_code(
             f"calling load_training_state on a checkpoint written on {gpu}, a GPU this machine does not have",
             "torch.load puts every tensor back on the device it was saved from unless told otherwise: "
             "load with map_location='cpu' (load_state_dict then copies the weights to the model's device, and "
             "the optimizer moves its state to its parameters' device)",
         ):
-            step = load(from_gpu, fresh, opt3)
+            try:
+                step = load(from_gpu, fresh, opt3)
+            except FileNotFoundError:
+                expect(not beside,
+                       f"load raised FileNotFoundError on a copy of the checkpoint file: save also wrote {beside} "
+                       "next to path, and a copy of the file at path does not bring those along. Write everything "
+                       "(model, optimizer, step, random state) into the one file at path, as one dict")
+                raise
         _expect_restored(step, 500, fresh, opt3, at_5)
+
+        # The first file again, after the second was written: each file gives back its own values.
+        torch.manual_seed(99)
+        again = _model()
+        opt4 = torch.optim.Adam(again.parameters(), lr=_OTHER_LR)
+        with learner_code("calling load_training_state on the file saved as step 3, again after the one saved "
+                          "as step 500", _LOAD_HINT):
+            step = load(path, again, opt4)
+        _expect_restored(step, 3, again, opt4, at_3, later=(500, at_5))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import numbers
 import re
 from collections.abc import Callable, Iterable, Iterator
 
@@ -459,6 +460,48 @@ def _ks_to_normal(sample: torch.Tensor, std: float) -> float:
     return torch.maximum(rank / n - cdf, cdf - (rank - 1) / n).max().item()
 
 
+def _expect_gradient_passes(layer: nn.Module) -> None:
+    """In training mode the gradient of ``layer(x).sum()`` with respect to ``x`` is all ones, as for ``x + noise``."""
+    x = torch.zeros(64, requires_grad=True)
+    with _calling("calling the layer in training mode on an input that requires grad", ""):
+        out = layer(x)
+        if isinstance(out, torch.Tensor) and out.requires_grad:
+            out.sum().backward()
+    expect(
+        x.grad is not None,
+        "no gradient reaches x through the layer, so the layers before it would not learn: x.detach(), x.data "
+        "or torch.no_grad() cut it off. Return x itself plus the noise: x + sigma * torch.randn_like(x)",
+    )
+    expect(
+        bool(x.grad.count_nonzero()),
+        "the gradient through the layer is zero: torch.normal(x, sigma) does not pass gradients to its mean x, "
+        "so the layers before it would not learn. Add the noise to x instead: x + sigma * torch.randn_like(x)",
+    )
+    expect(
+        torch.equal(x.grad, torch.ones_like(x)),
+        "the gradient of sum(output) with respect to x must be all ones, as through x + noise: add the noise "
+        "to x, and compute the noise without x",
+    )
+
+
+def _promoting_tensor(layer: nn.Module, dtype: torch.dtype) -> tuple[str, torch.Tensor] | None:
+    """``(name, tensor)`` of a floating tensor the layer holds that would promote an input of ``dtype``.
+
+    A tensor with dimensions takes part in type promotion (a 0-dim one does not), so a float32 ``sigma``
+    of shape ``(1,)`` turns ``x + sigma * noise`` to float32 for a bfloat16 ``x``.
+    """
+    held = [*layer.named_parameters(), *layer.named_buffers(), *_own_attributes(layer)]
+    for name, value in held:
+        if (
+            isinstance(value, torch.Tensor)
+            and value.dim() > 0
+            and value.is_floating_point()
+            and torch.promote_types(value.dtype, dtype) != dtype
+        ):
+            return name, value
+    return None
+
+
 @_takes_device
 @exercise("Exercise 2 · Noise that follows its input")
 @_own_rng
@@ -466,8 +509,8 @@ def check_noise(cls: type[nn.Module], device: torch.device | str | None = None) 
     """``cls(sigma)``: in training mode add ``sigma`` times standard normal noise; in eval mode, identity.
 
     The noise is fresh on every call, independent for every element, and created on the input's device
-    with its dtype, from that device's own generator; the input itself is not modified. ``device`` (default:
-    the CPU) is where the answer is also run.
+    with its dtype, from that device's own generator; the gradient passes to ``x`` as through ``x + noise``,
+    and the input itself is not modified. ``device`` (default: the CPU) is where the answer is also run.
     """
     with _calling("building cls(0.5)", "the constructor takes sigma and calls super().__init__() first"):
         layer = cls(0.5)
@@ -508,6 +551,12 @@ def check_noise(cls: type[nn.Module], device: torch.device | str | None = None) 
         f"the noise has std 0.5 but is not normally distributed (its distribution is {distance:.3f} away from "
         "the normal one): draw it with torch.randn_like, not torch.rand_like (uniform)",
     )
+    sizes = noisy.detach().abs().unique().numel()  # independent float draws almost never repeat a size
+    expect(
+        sizes > 0.9 * noisy.numel(),
+        f"the noise repeats itself: its 20000 elements have only {sizes} different sizes, as with "
+        "torch.cat([n, -n]) or n.repeat(2). Draw every element independently: torch.randn_like(x)",
+    )
     with _calling("calling the layer on a (64, 32) batch", "draw noise of x's full shape"):
         batch = layer(torch.zeros(64, 32))
     expect(
@@ -522,6 +571,7 @@ def check_noise(cls: type[nn.Module], device: torch.device | str | None = None) 
     with _calling("calling the layer on torch.ones(20_000)", ""):
         shifted = layer(torch.ones(20_000))
     expect(abs(shifted.mean().item() - 1) < 0.02, "add the noise to the input (x + noise), do not replace it")
+    _expect_gradient_passes(layer)
 
     with _calling("layer.eval()", "do not override eval() or train()"):
         layer.eval()
@@ -557,10 +607,20 @@ def check_noise(cls: type[nn.Module], device: torch.device | str | None = None) 
     for dtype in (torch.bfloat16, torch.float64):
         with _calling(f"calling the layer on a {dtype} input", "create the noise with x's dtype"):
             typed = layer(torch.zeros(8, dtype=dtype))
+        if isinstance(typed, torch.Tensor) and typed.dtype == dtype:
+            continue
+        got = str(getattr(typed, "dtype", type(typed).__name__)).removeprefix("torch.")
+        promoting = _promoting_tensor(layer, dtype)
         expect(
-            typed.dtype == dtype,
-            f"a {str(dtype).removeprefix('torch.')} input gave a {str(typed.dtype).removeprefix('torch.')} "
-            "output: create the noise with x's dtype too (torch.randn_like(x), or dtype=x.dtype)",
+            False,
+            f"a {str(dtype).removeprefix('torch.')} input gave a {got} output: "
+            + (
+                f"the layer keeps {promoting[0]} as a {str(promoting[1].dtype).removeprefix('torch.')} tensor of "
+                f"shape {tuple(promoting[1].shape)}, which promotes x + sigma * noise to its dtype. Keep sigma a "
+                f"Python number, or cast it: self.{promoting[0]}.to(x.dtype)"
+                if promoting
+                else "create the noise with x's dtype too (torch.randn_like(x), or dtype=x.dtype)"
+            ),
         )
     with _device_rng_kept(device), _calling(f"calling the layer on an input on {device}", "", on=device):
         there = layer(torch.zeros(3, 4, device=device))
@@ -693,10 +753,11 @@ def check_training_bytes(fn: Callable[[nn.Module], int]) -> None:
         ):
             got = fn(copy.deepcopy(model))
         expect(
-            isinstance(got, int) and not isinstance(got, bool),
+            isinstance(got, numbers.Integral) and not isinstance(got, bool),
             f"return an int (bytes); got {type(got).__name__}"
             + (" (use integer arithmetic, or int(...))" if isinstance(got, float) else ""),
         )
+        got = int(got)  # a NumPy integer (from np.prod) counts too
         if got == want:
             continue
         breakdown = " + ".join(f"{v} ({k})" for k, v in parts.items())

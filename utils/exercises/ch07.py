@@ -32,6 +32,7 @@ was there, so an answer that reads memory nobody wrote fails every time, not by 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import warnings
 from collections.abc import Callable, Iterator
@@ -200,6 +201,43 @@ def _expect_untouched(name: str, now: torch.Tensor, before: torch.Tensor) -> Non
         f"do not modify {name} in place (it is the caller's tensor): use out-of-place forms "
         f"({name}.unsqueeze(1), not {name}.unsqueeze_(1); {name} + k, not {name} += k)",
     )
+    expect(
+        now.requires_grad == before.requires_grad,
+        f"do not call {name}.requires_grad_(): it changes the caller's tensor, whose every later use autograd "
+        f"then records. The result requires grad by itself whenever {name} does, as it is computed from {name}",
+    )
+
+
+#: Pieces of torch's messages for a source whose dtype is not the output's (scatter*, index_add_, index_put_).
+_DTYPE_MISMATCH = ("Expected self.dtype to be equal to src.dtype", "must have the same scalar type",
+                   "requires the source and destination dtypes match")
+#: Torch's message for an in-place write into a tensor made with requires_grad=True (or a view of one).
+_LEAF_IN_PLACE = "a leaf Variable that requires grad is being used in an in-place operation"
+
+
+def _leaf_hint(make: str, source: str | None = None) -> str:
+    hint = ("the output was made with requires_grad=True, and autograd refuses in-place writes (scatter_, "
+            f"index_add_, out[i] = ...) into such a tensor: create it without requires_grad ({make})")
+    if source:
+        hint += f". The result requires grad by itself whenever {source} does, as it is computed from {source}"
+    return hint
+
+
+@contextlib.contextmanager
+def _calling(what: str, hint: str, causes: dict[str, str]) -> Iterator[None]:
+    """:func:`learner_code` ``(what, hint)``, except that an error whose message holds a key of ``causes`` gets
+    that key's hint, before the general explanations of :mod:`utils.checks` (its in-place one is about
+    parameters)."""
+    with learner_code(what, hint):
+        try:
+            yield
+        except Exception as err:
+            cause = next((cause for piece, cause in causes.items() if piece in str(err)), None)
+            if cause is None:
+                raise
+            raise ExerciseFailed(
+                f"{what} raised {type(err).__name__}: {str(err).strip().rstrip('.')}. Likely cause: {cause}."
+            ) from None
 
 
 def _expect_same_without_default_device(name: str, out: torch.Tensor, under_meta: object) -> None:
@@ -264,10 +302,17 @@ def check_one_hot(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
     # N > C, so scattering along dim 0 instead of dim 1 runs without an error.
     labels = torch.tensor([2, 0, 3, 1, 3, 0, 2])
     kept = labels.clone()
-    with _Calls() as calls, learner_code(
+    dtype_hint = (
+        "the values written must have the output's dtype: torch.ones_like(labels) is int64 like the labels, "
+        "and scatter_ refuses to write it into a float tensor. Write a number, .scatter_(1, index, 1.0), or "
+        "ones of the output's dtype, torch.ones(N, 1, device=labels.device)"
+    )
+    with _Calls() as calls, _calling(
         "calling one_hot(labels, 4) on 7 labels",
         "the index needs as many dimensions as the output, (N, 1): labels.unsqueeze(1); it must hold "
         "integers (int64): .to(out) converts the dtype too, use .to(out.device) to move a tensor",
+        {**dict.fromkeys(_DTYPE_MISMATCH, dtype_hint),
+         _LEAF_IN_PLACE: _leaf_hint("torch.zeros(N, num_classes, device=labels.device)")},
     ):
         out = fn(labels, 4)
     _expect_tensor(out)
@@ -318,16 +363,18 @@ def check_select_scores(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     labels = torch.tensor([[3, 0, 2, 2, 1], [1, 3, 3, 0, 2]])
     kept_scores, kept_labels = scores.clone(), labels.clone()
     leaf = scores.clone().requires_grad_()
-    with learner_code(
+    given = leaf * 1  # not a leaf, as a model's scores: editing it in place runs, and the check then names it
+    with _calling(
         "calling select_scores(scores, labels) with scores (2, 5, 4) and labels (2, 5)",
         "gather along the class axis (the last one), with an index of as many dimensions as scores "
         "(labels.unsqueeze(-1)) holding integers: labels.to(scores) would turn them into floats, "
         "use labels.to(scores.device) to move them",
+        {_LEAF_IN_PLACE: _leaf_hint("scores.new_zeros(B, N)", "scores")},
     ):
-        out = fn(leaf, labels)
+        out = fn(given, labels)
     _expect_tensor(out)
     _expect_untouched("labels", labels, kept_labels)
-    _expect_untouched("scores", leaf.detach(), kept_scores)
+    _expect_untouched("scores", given.detach(), kept_scores)
     expect(out.shape == (2, 5), f"scores (2, 5, 4) and labels (2, 5) give shape (2, 5); got {_shape(out)}")
     want = torch.tensor([[scores[b, n, labels[b, n]].item() for n in range(5)] for b in range(2)])
     expect(
@@ -416,13 +463,23 @@ def check_segment_mean(fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Ten
     kept_values, kept_ids = values.clone(), ids.clone()
     want = _segment_mean_reference(values, ids, 4)  # segment 3 is empty
     counts = torch.bincount(ids, minlength=4).unsqueeze(1).float()
-    with learner_code(
+    causes = {
+        **dict.fromkeys(
+            _DTYPE_MISMATCH,
+            "the values added must have the output's dtype: torch.ones_like(segment_ids) is int64 like the ids, "
+            "and scatter_add_ and index_add_ refuse to add it into float counts. Make the ones with values' "
+            "dtype: values.new_ones(N), or torch.ones_like(segment_ids, dtype=values.dtype)",
+        ),
+        _LEAF_IN_PLACE: _leaf_hint("values.new_zeros(num_segments, D)", "values"),
+    }
+    with _calling(
         "calling segment_mean(values, ids, 4) with values (7, 4)",
         "segments are given by the ids, not by position: they need not be contiguous nor of equal size, "
         "so no reshape; index_add_ takes the 1-D ids, scatter_add_/scatter_reduce need them expanded to "
         "values' shape (ids.unsqueeze(1).expand_as(values)); the index must hold integers (.to(values) makes "
         "floats of them); and torch.bincount counts only up to the largest id present unless given "
         "minlength=num_segments",
+        causes,
     ):
         out = fn(values, ids, 4)
     _expect_tensor(out)
@@ -487,8 +544,8 @@ def check_segment_mean(fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Ten
     )
 
     leaf = values.clone().requires_grad_()
-    with learner_code("back-propagating from the sum of your output", "use differentiable tensor operations"):
-        mean = fn(leaf, ids, 4)
+    with _calling("back-propagating from the sum of your output", "use differentiable tensor operations", causes):
+        mean = fn(leaf * 1, ids, 4)  # not a leaf, as in a model: only a leaf the answer made refuses in-place edits
         expect(
             isinstance(mean, torch.Tensor) and mean.requires_grad,
             "keep the result differentiable with respect to values: no .tolist(), .item() or torch.tensor(...) "

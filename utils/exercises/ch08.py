@@ -4,7 +4,8 @@ Exercise 1 runs the learner's timing function on simulated GPUs (``utils.fake_gp
 a fake device finishes later on a virtual clock, and ``torch.cuda.synchronize`` /
 ``torch.accelerator.synchronize`` wait for it), so it works on any machine and cannot be fooled or
 failed by the speed of the machine. Every device of the claim is tried in every role: the one whose
-work must be waited for after ``fn``, and the one whose earlier work must not be billed to ``fn``.
+work must be waited for after ``fn``, and the one whose earlier work must not be billed to ``fn``; lists
+with the CPU first or last, or one GPU that is not cuda:0, catch a device's place in the list taken for its index.
 The pretend machine has a current device, as a real one does: an answer may select each GPU and then call
 a bare ``synchronize()``, which is how ``torch.cuda.synchronize(d)`` works itself.
 Exercise 2 is a benchmark report to judge row by row. Exercise 3 runs the learner's function under
@@ -180,8 +181,9 @@ def _time_it(answer, gpus: FakeGPUs, cpu: _CpuAsked, step: _Step, devices: list[
     return float(result), clock
 
 
-def _too_short(clock: _Clock, slow: torch.device, result: float) -> str:
+def _too_short(clock: _Clock, slow: torch.device, result: float, devices: list[torch.device]) -> str:
     after = clock.synced_after_last_call()
+    strays = [d for d in dict.fromkeys(after) if d not in devices]
     took = f"fn's slowest work takes {clock.step.one_call * 1e3:.1f} ms (on {slow}), and the time returned is " \
            f"{result * 1e3:.1f} ms"
     if slow in after:
@@ -191,6 +193,11 @@ def _too_short(clock: _Clock, slow: torch.device, result: float) -> str:
     if not after:
         return (f"{took}: it does not wait after fn, so the clock stopped when the work was launched. "
                 "Synchronise every device after fn too, then read the clock.")
+    if strays:
+        return (f"{took}: after fn it waited for {_names(strays)}, which devices [{_names(devices)}] does not hold, "
+                f"and not for {slow}. Synchronise each device d of devices itself, torch.cuda.synchronize(d): "
+                "its place in the list (enumerate(devices), range(len(devices))) is not its CUDA index, and a bare "
+                "torch.cuda.synchronize() waits for the current device (cuda:0) only.")
     if set(after) == {_cuda(0)}:
         return (f"{took}: after fn it waited for cuda:0 only. torch.cuda.synchronize() without an argument "
                 "waits for the current device (cuda:0) only: synchronise every device d in devices.")
@@ -218,16 +225,16 @@ def check_fixed_timer(time_on_devices: Callable[..., float]) -> None:
         with _machine(3) as (gpus, cpu):
             step = _Step(gpus, {i: 0.060 if i == k else 0.002 for i in range(3)})
             result, clock = _time_it(time_on_devices, gpus, cpu, step, order, "[cuda:2, cuda:0, cuda:1]")
-            expect(result >= 0.9 * step.one_call, _too_short(clock, _cuda(k), result))
+            expect(result >= 0.9 * step.one_call, _too_short(clock, _cuda(k), result, order))
             expect(result <= 1.1 * step.one_call, _too_long(clock, order, result))
     # 2. Every device in the role of the one with earlier work: it must be waited for before the clock starts.
     for k in range(3):
         with _machine(3) as (gpus, cpu):
             gpus.launch(k, 0.200)  # queued before time_on_devices is called
             step = _Step(gpus, {(k + 1) % 3: 0.010})
-            result, clock = _time_it(time_on_devices, gpus, cpu, step, [_cuda(0), _cuda(1), _cuda(2)],
-                                     "[cuda:0, cuda:1, cuda:2]")
-            expect(result >= 0.9 * step.one_call, _too_short(clock, _cuda((k + 1) % 3), result))
+            devices = [_cuda(0), _cuda(1), _cuda(2)]
+            result, clock = _time_it(time_on_devices, gpus, cpu, step, devices, "[cuda:0, cuda:1, cuda:2]")
+            expect(result >= 0.9 * step.one_call, _too_short(clock, _cuda((k + 1) % 3), result, devices))
             bare = " (a bare torch.cuda.synchronize() waits for cuda:0 only)" if k else ""
             expect(
                 result <= 1.1 * step.one_call,
@@ -245,11 +252,14 @@ def check_fixed_timer(time_on_devices: Callable[..., float]) -> None:
             f"the time returned is {result * 1e3:.1f} ms: it includes the warm-up. Call fn once before starting "
             "the clock, and do not time that call.",
         )
-    # 4. The CPU among the devices: nothing to wait for, and CUDA must not be asked to.
-    with _machine(3) as (gpus, cpu):
-        step = _Step(gpus, {1: 0.020})
-        result, clock = _time_it(time_on_devices, gpus, cpu, step, [CPU, _cuda(1)], "[cpu, cuda:1]")
-        expect(result >= 0.9 * step.one_call, _too_short(clock, _cuda(1), result))
+    # 4. The CPU first or last among the devices: nothing to wait for, and CUDA must not be asked to. And one GPU
+    #    that is not cuda:0, at any place in the list: a GPU is named by its index, not by its place.
+    for devices in ([CPU, _cuda(1)], [_cuda(2), CPU], [_cuda(1)]):
+        slow = next(d for d in devices if d.type == "cuda")
+        with _machine(3) as (gpus, cpu):
+            step = _Step(gpus, {slow.index: 0.020})
+            result, clock = _time_it(time_on_devices, gpus, cpu, step, devices, f"[{_names(devices)}]")
+            expect(result >= 0.9 * step.one_call, _too_short(clock, slow, result, devices))
     # 5. A machine without a GPU, and CPU work only: no CUDA call at all.
     with _machine(0) as (gpus, _):
         step = _Step(gpus, {}, host=0.003)  # CPU work only: done when fn returns
@@ -321,9 +331,14 @@ def check_report(answer: Callable[[], tuple[dict[str, str], float]]) -> None:
     )
     verdicts, should_be = result
     expect(isinstance(verdicts, dict), f"verdicts must be a dict from row to reason, got {type(verdicts).__name__}")
-    expect(set(verdicts) == set(REPORT), f"give a verdict for every row {sorted(REPORT)}, got {sorted(verdicts)}")
+    expect(set(verdicts) == set(REPORT),
+           f"give a verdict for every row {sorted(REPORT)}, got {sorted(verdicts, key=repr)}")
     for row in REPORT:
         reason = verdicts[row]
+        expect(
+            isinstance(reason, str),
+            f"row {row}: give one key of REASONS, a string such as 'ok', not a {type(reason).__name__} ({reason!r})",
+        )
         expect(reason in REASONS, f"row {row}: {reason!r} is not one of the REASONS {sorted(REASONS)}")
         if reason != _EXPECTED[row]:
             expect(False, f"row {row}: " + _HINTS.get((row, reason), _HINTS.get((row, None), "look again.")))
