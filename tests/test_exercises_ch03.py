@@ -3,6 +3,7 @@
 The reference answers live in the notebook (nbval runs them); the answers here are written differently.
 """
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -304,6 +305,11 @@ def count_with_vector(model):
     return int(nn.utils.parameters_to_vector(trainable).numel())
 
 
+def count_with_numpy(model):
+    """np.sum of the sizes is a NumPy integer: a whole number all the same."""
+    return np.sum([p.numel() for p in model.parameters() if p.requires_grad])
+
+
 def count_from_state_dict(model):
     return sum(t.numel() for t in model.state_dict().values())
 
@@ -352,7 +358,7 @@ def count_as_float(model):
     return float(sum(p.numel() for p in model.parameters() if p.requires_grad))
 
 
-@pytest.mark.parametrize("right", [count_trainable_flat, count_by_identity, count_with_vector])
+@pytest.mark.parametrize("right", [count_trainable_flat, count_by_identity, count_with_vector, count_with_numpy])
 def test_count_accepts(right):
     assert outcome(check_count_parameters, right) == ("passed", "")
 

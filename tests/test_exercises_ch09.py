@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -60,7 +61,13 @@ def right_measured(n_samples, world_size, batch_size):
     return world_size * batch_size, len(loader)
 
 
-@pytest.mark.parametrize("right", [right_one_ceiling, right_integer_ceiling, right_measured])
+def right_with_numpy(n_samples, world_size, batch_size):
+    """NumPy integers are whole numbers too."""
+    per_rank = np.ceil(np.int64(n_samples) / world_size).astype(np.int64)
+    return np.int64(world_size * batch_size), np.ceil(per_rank / batch_size).astype(np.int64)
+
+
+@pytest.mark.parametrize("right", [right_one_ceiling, right_integer_ceiling, right_measured, right_with_numpy])
 def test_ddp_numbers_accepts(right):
     assert outcome(check_ddp_numbers, right) == ("passed", "")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 
 import torch
@@ -165,14 +166,15 @@ def check_count_parameters(count: Callable[[nn.Module], int]) -> None:
     for label, model, expected, why in cases:
         with learner_code(f"calling count_parameters on {label}", why):
             got = count(model)
-        expect(isinstance(got, int) and not isinstance(got, bool),
+        expect(isinstance(got, numbers.Integral) and not isinstance(got, bool),
                f"return an int, got {type(got).__name__} (for {label}); wrap a tensor or float in int(...)")
+        got = int(got)  # a NumPy integer (np.sum of the sizes) counts too
         if got == 0 != expected:  # a fresh model has no .grad yet: a filter on p.grad keeps nothing
             probe = nn.Linear(3, 2)
             probe.weight.grad = torch.zeros_like(probe.weight)
             with learner_code("calling count_parameters on nn.Linear(3, 2) whose weight alone has a .grad", why):
                 on_probe = count(probe)
-            expect(not (isinstance(on_probe, int) and on_probe == 6),
+            expect(not (isinstance(on_probe, numbers.Integral) and on_probe == 6),
                    f"for {label} expected {expected}, got 0: p.grad is None until a backward pass has run, so a "
                    "model fresh from __init__ has no gradients, yet all its parameters are trainable. Filter on "
                    "p.requires_grad, not on p.grad")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import numbers
 from collections.abc import Callable
 
 import torch
@@ -67,7 +68,8 @@ def true_epoch_shards(n_samples: int, world_size: int, rank: int, epochs: int, s
 
 
 def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    """A whole number of Python's or NumPy's kind (np.int64 from np.ceil(...).astype(int) counts), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 # Sizes where the plausible shortcuts give a wrong number: uneven shards, a last partial batch, one process,
