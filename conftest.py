@@ -36,6 +36,10 @@ starts every kernel and worker the usual way.
 IPython. The run's kernels get an IPython directory of their own (``IPYTHONDIR``, a temporary folder), with
 their input history kept in memory: no one's profile reaches a lesson, and ~/.ipython is left alone.
 
+Sockets. nbval's kernels and their clients talk through Unix sockets in a temporary folder, not TCP ports:
+another process could take a port between jupyter_client choosing it and the kernel binding it, and the
+kernel would die at start.
+
 JupyterLab. The browser tests need one (tools/lab.py), and it takes about 2.5 s of CPU to start. While the
 kernel server imports torch, in the run's first seconds, one core has nothing else to do: the run starts
 JupyterLab then, where it will run tests/test_browser.py and a Chromium is there, and stops it at the end.
@@ -53,6 +57,7 @@ import shlex
 import shutil
 import sys
 import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
@@ -125,6 +130,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", f"{GPU_CELL}: a notebook cell that needs a GPU")
     _quiet_nbval_logging()
     _isolate_ipython(config)
+    _kernels_over_unix_sockets(config)
     if forks_kernels(config.args, config.option.collectonly):
         _start_kernel_server(config)
         _launch_kernels_from_the_server()
@@ -186,6 +192,41 @@ def _isolate_ipython(config):
             os.environ["IPYTHONDIR"] = before
 
     config.add_cleanup(remove)
+
+
+def _kernels_over_unix_sockets(config):
+    """nbval's kernels talk to their clients through Unix sockets in a folder of this process, not TCP ports.
+
+    For TCP, jupyter_client finds five free ports, lets them go and writes their numbers down; the kernel
+    binds them a moment later. Any process may take one in between (every outgoing connection on the machine
+    takes a port from that range), and the kernel then dies at start: "Kernel died before replying to
+    kernel_info", rare, and likelier on a busy machine, where the moment lasts longer. No one takes a file."""
+    import nbval.kernel
+    import zmq
+
+    plain = nbval.kernel.KernelManager
+    if (sys.platform == "win32" or not zmq.has("ipc") or config.option.collectonly
+            or getattr(plain, "over_unix_sockets", False)):
+        return
+    folder = []  # made when the first kernel starts
+
+    class UnixSocketKernelManager(plain):
+        over_unix_sockets = True
+
+        def __init__(self, **kwargs):
+            if not folder:
+                folder.append(tempfile.mkdtemp(prefix="kernels-"))
+            # the sockets are the files {ip}-1 to {ip}-5, removed when the kernel shuts down
+            super().__init__(transport="ipc", ip=os.path.join(folder[0], uuid.uuid4().hex[:12]), **kwargs)
+
+    nbval.kernel.KernelManager = UnixSocketKernelManager
+
+    def restore():
+        nbval.kernel.KernelManager = plain
+        for path in folder:
+            shutil.rmtree(path, ignore_errors=True)
+
+    config.add_cleanup(restore)
 
 
 def selects(args, where: Path, root: Path, target: Path) -> bool:

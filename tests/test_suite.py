@@ -38,6 +38,9 @@ def test_a_gpu_run_cannot_be_green_by_skipping_and_outputs_are_compared(tmp_path
         # the run's own IPython directory: a kernel's history stays in memory, nothing goes to ~/.ipython
         code("import os; print(get_ipython().history_manager.hist_file, os.environ['IPYTHONDIR'] != "
              f"{os.path.expanduser('~/.ipython')!r})", ":memory: True\n"),
+        # the kernel talks to nbval through Unix sockets, whose files no other process can take as TCP ports
+        code("import json; from ipykernel.connect import get_connection_info; "
+             "print(json.loads(get_connection_info())['transport'])", "ipc\n"),
     ]
     for count, cell in enumerate(nb.cells, start=1):
         cell.execution_count = count
@@ -59,7 +62,7 @@ def test_a_gpu_run_cannot_be_green_by_skipping_and_outputs_are_compared(tmp_path
     assert "FAILED probe.ipynb::Cell 2" in report, report  # the GPU cell: a failure, not a skip
     assert "needs 1 CUDA GPU(s), this machine has 0, but REQUIRE_GPUS=1" in report, report
     assert "SKIPPED [1] probe.ipynb: needs 2 CUDA GPU(s), this machine has 0" in report, report
-    assert "2 failed, 2 passed, 1 skipped" in report, report
+    assert "2 failed, 3 passed, 1 skipped" in report, report
     assert "GPU cells: 0 run, 1 skipped, 1 failed; device: cpu (no CUDA GPU visible); torch " in report, report
     assert "; REQUIRE_GPUS=1" in report
 
