@@ -13,6 +13,7 @@ exported decks.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -152,6 +153,9 @@ def test_widget_redraws_in_jupyterlab(lab, notebook, tmp_path):
     assert (tmp_path / "after.png").stat().st_size > 10_000
     # the notebook's trust signature went to the lab's own data folder, not to the user's (~/.local/share/jupyter)
     assert (lab.root / "data" / "nbsignatures.db").is_file()
+    # and its kernel talks to JupyterLab through Unix sockets (tools/lab.py), on Linux
+    transports = {json.loads(f.read_text())["transport"] for f in (lab.root / "rt").glob("kernel-*.json")}
+    assert transports == ({"ipc"} if sys.platform.startswith("linux") else {"tcp"}), transports
 
 
 def test_rise_presents_the_chapter_as_a_live_slideshow(lab, notebook, tmp_path):

@@ -12,10 +12,12 @@ import json
 import os
 import queue
 import select
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -65,9 +67,12 @@ def start(tmp_path):
     argv = kernel_server.launcher_argv()
     (specs / "kernel.json").write_text(json.dumps({"argv": argv, "language": "python", "display_name": "forked"}))
     started = []
+    sockets = tempfile.mkdtemp(prefix="kernels-")  # a short path: a Unix socket's may not exceed ~100 bytes
 
     def start_kernel(**kwargs):
-        km = KernelManager(kernel_name="forked", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(specs.parent)]))
+        # Unix sockets, as the run's other kernels (conftest.py): no TCP port another process could take first
+        km = KernelManager(kernel_name="forked", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(specs.parent)]),
+                           transport="ipc", ip=os.path.join(sockets, str(time.monotonic_ns())))
         km.start_kernel(**kwargs)
         kc = km.client()
         kc.start_channels()
@@ -80,6 +85,7 @@ def start(tmp_path):
         kc.stop_channels()
         if km.has_kernel:
             km.shutdown_kernel(now=True)
+    shutil.rmtree(sockets, ignore_errors=True)
 
 
 def request_kernel(path: Path, argv: list[str], cwd: Path) -> socket.socket:

@@ -124,7 +124,11 @@ def start(root: Path) -> tuple[subprocess.Popen, Lab]:
             [sys.executable, "-c", LAB, "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",
              f"--ServerApp.port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
              "--LabApp.extension_manager=readonly", "--LabApp.news_url=None",
-             "--ServerApp.jpserver_extensions={'jupyter_lsp': False, 'jupyter_server_terminals': False}"],
+             "--ServerApp.jpserver_extensions={'jupyter_lsp': False, 'jupyter_server_terminals': False}",
+             # its kernels' sockets are files next to their connection files, in root: TCP ports, chosen and
+             # bound a moment apart, can be taken by another process in between (conftest.py says more). On
+             # Linux, where the temporary folder's path is short enough for a socket's.
+             *(["--KernelManager.transport=ipc"] if sys.platform.startswith("linux") else [])],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
         )
     return server, Lab(f"http://127.0.0.1:{port}", token, root, server.pid)
