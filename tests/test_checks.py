@@ -145,3 +145,24 @@ def test_a_check_that_draws_random_numbers_leaves_the_notebooks_numbers_alone():
     torch.manual_seed(0)
     assert draws(5).shape == (5,) and draws.__name__ == "draws"
     assert torch.equal(torch.rand(3), expected), "the check moved the global generator"
+
+
+def test_an_exercises_own_causes_come_before_the_shared_ones_and_the_hint():
+    """ch07's outputs made with requires_grad=True hit the message that the shared causes explain for parameters."""
+
+    @exercise("Ex · own causes")
+    def check_filled(fn):
+        with learner_code("calling your function", "the general hint",
+                          {"a leaf Variable": "the output was made with requires_grad=True", "never": "unused"}):
+            fn()
+
+    def fills_a_leaf():
+        torch.zeros(3, requires_grad=True).fill_(1.0)
+
+    def fails_otherwise():
+        raise ValueError("something else")
+
+    verdict, hint = outcome(check_filled, fills_a_leaf)
+    assert verdict == "failed" and hint.endswith("Likely cause: the output was made with requires_grad=True."), hint
+    assert "a parameter was edited in place" in outcome(check_positive, lambda x: fills_a_leaf())[1]  # shared one
+    assert outcome(check_filled, fails_otherwise)[1].endswith("Likely cause: the general hint."), hint

@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Literal, TypeVar
 
 __all__ = ["STUB_MESSAGE", "ExerciseFailed", "exercise", "expect", "keeps_global_rng", "learner_code", "outcome",
@@ -124,8 +124,10 @@ def _is_stub(err: BaseException) -> bool:
     return isinstance(err, NotImplementedError) and str(err) == STUB_MESSAGE
 
 
-def _explain(err: Exception, what: str, hint: str) -> str:
-    """A hint for an error raised by the learner's code: what was tried, the likely cause, the error."""
+def _explain(err: Exception, what: str, hint: str, causes: Mapping[str, str] | None = None) -> str:
+    """A hint for an error raised by the learner's code: what was tried, the likely cause, the error.
+
+    ``causes``: pieces of error messages and their causes in this exercise, found before the shared ones."""
     quoted = f"{type(err).__name__}: {err}".strip()
     missing = _NO_FORWARD.search(str(err)) if isinstance(err, NotImplementedError) else None
     if missing and missing.group(1) in ("ModuleList", "ModuleDict", "ParameterList", "ParameterDict"):
@@ -139,19 +141,22 @@ def _explain(err: Exception, what: str, hint: str) -> str:
             "`def forward(self, ...)` and that it is indented inside the class"
         )
     else:
-        cause = next((known for piece, known in _KNOWN_CAUSES if piece in str(err)), hint)
+        known = (*(causes or {}).items(), *_KNOWN_CAUSES)
+        cause = next((cause for piece, cause in known if piece in str(err)), hint)
     message = f"{what} raised {quoted}" if what else f"your answer raised {quoted}"
     stop = "" if message.endswith((".", "!", "?")) else "."
     return f"{message}{stop} Likely cause: {cause}." if cause else f"{message}{stop}"
 
 
 @contextlib.contextmanager
-def learner_code(what: str, hint: str = "") -> Iterator[None]:
+def learner_code(what: str, hint: str = "", causes: Mapping[str, str] | None = None) -> Iterator[None]:
     """Run the learner's code inside this block; turn an error it raises into a hint.
 
     ``what`` says what the check was doing ("calling your block on a (3, 4) input"), ``hint`` the most
-    likely cause of an error there. The stub's own ``NotImplementedError`` passes through unchanged
-    (the exercise is then not attempted), and so does a failed :func:`expect`.
+    likely cause of an error there, and ``causes`` maps pieces of error messages to causes particular to
+    this exercise (they come before the shared ones, which are written for other exercises). The stub's own
+    ``NotImplementedError`` passes through unchanged (the exercise is then not attempted), and so does a
+    failed :func:`expect`.
     """
     if not isinstance(what, str) or not what:
         raise TypeError("what must be a non-empty str")
@@ -164,7 +169,7 @@ def learner_code(what: str, hint: str = "") -> Iterator[None]:
     except Exception as err:
         if _is_stub(err):
             raise
-        raise ExerciseFailed(_explain(err, what, hint)) from None
+        raise ExerciseFailed(_explain(err, what, hint, causes)) from None
 
 
 def _judge(check: Callable[..., object], args: tuple, kwargs: dict) -> tuple[Verdict, str]:

@@ -32,7 +32,6 @@ was there, so an answer that reads memory nobody wrote fails every time, not by 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import warnings
 from collections.abc import Callable, Iterator
@@ -223,23 +222,6 @@ def _leaf_hint(make: str, source: str | None = None) -> str:
     return hint
 
 
-@contextlib.contextmanager
-def _calling(what: str, hint: str, causes: dict[str, str]) -> Iterator[None]:
-    """:func:`learner_code` ``(what, hint)``, except that an error whose message holds a key of ``causes`` gets
-    that key's hint, before the general explanations of :mod:`utils.checks` (its in-place one is about
-    parameters)."""
-    with learner_code(what, hint):
-        try:
-            yield
-        except Exception as err:
-            cause = next((cause for piece, cause in causes.items() if piece in str(err)), None)
-            if cause is None:
-                raise
-            raise ExerciseFailed(
-                f"{what} raised {type(err).__name__}: {str(err).strip().rstrip('.')}. Likely cause: {cause}."
-            ) from None
-
-
 def _expect_same_without_default_device(name: str, out: torch.Tensor, under_meta: object) -> None:
     """``under_meta`` is the result with the default device set to meta; it must equal ``out``."""
     expect(
@@ -307,7 +289,7 @@ def check_one_hot(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
         "and scatter_ refuses to write it into a float tensor. Write a number, .scatter_(1, index, 1.0), or "
         "ones of the output's dtype, torch.ones(N, 1, device=labels.device)"
     )
-    with _Calls() as calls, _calling(
+    with _Calls() as calls, learner_code(
         "calling one_hot(labels, 4) on 7 labels",
         "the index needs as many dimensions as the output, (N, 1): labels.unsqueeze(1); it must hold "
         "integers (int64): .to(out) converts the dtype too, use .to(out.device) to move a tensor",
@@ -364,7 +346,7 @@ def check_select_scores(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     kept_scores, kept_labels = scores.clone(), labels.clone()
     leaf = scores.clone().requires_grad_()
     given = leaf * 1  # not a leaf, as a model's scores: editing it in place runs, and the check then names it
-    with _calling(
+    with learner_code(
         "calling select_scores(scores, labels) with scores (2, 5, 4) and labels (2, 5)",
         "gather along the class axis (the last one), with an index of as many dimensions as scores "
         "(labels.unsqueeze(-1)) holding integers: labels.to(scores) would turn them into floats, "
@@ -472,7 +454,7 @@ def check_segment_mean(fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Ten
         ),
         _LEAF_IN_PLACE: _leaf_hint("values.new_zeros(num_segments, D)", "values"),
     }
-    with _calling(
+    with learner_code(
         "calling segment_mean(values, ids, 4) with values (7, 4)",
         "segments are given by the ids, not by position: they need not be contiguous nor of equal size, "
         "so no reshape; index_add_ takes the 1-D ids, scatter_add_/scatter_reduce need them expanded to "
@@ -544,7 +526,7 @@ def check_segment_mean(fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Ten
     )
 
     leaf = values.clone().requires_grad_()
-    with _calling("back-propagating from the sum of your output", "use differentiable tensor operations", causes):
+    with learner_code("back-propagating from the sum of your output", "use differentiable tensor operations", causes):
         mean = fn(leaf * 1, ids, 4)  # not a leaf, as in a model: only a leaf the answer made refuses in-place edits
         expect(
             isinstance(mean, torch.Tensor) and mean.requires_grad,
