@@ -488,27 +488,6 @@ class ResetsOnlyTheAffine(_Norm1d):
             self.bias.zero_()
 
 
-class NoResetMethod(_Norm1d):
-    reset_parameters = None
-
-    def __init__(self, num_features, momentum=0.1, eps=1e-5, device=None, dtype=None):
-        nn.Module.__init__(self)
-        self.momentum, self.eps = momentum, eps
-        kw = {"device": device, "dtype": dtype}
-        self.weight = nn.Parameter(torch.ones(num_features, **kw))
-        self.bias = nn.Parameter(torch.zeros(num_features, **kw))
-        self.register_buffer("running_mean", torch.zeros(num_features, **kw))
-        self.register_buffer("running_var", torch.ones(num_features, **kw))
-
-
-class ResetWithoutNoGrad(_Norm1d):
-    def reset_parameters(self):
-        self.weight.fill_(1.0)
-        self.bias.zero_()
-        self.running_mean.zero_()
-        self.running_var.fill_(1.0)
-
-
 class StartsRightWithoutReset(_Norm1d):
     """Creates the starting values directly and never calls reset_parameters(): right until the rule changes."""
 
@@ -520,6 +499,18 @@ class StartsRightWithoutReset(_Norm1d):
         self.bias = nn.Parameter(torch.zeros(num_features, **kw))
         self.register_buffer("running_mean", torch.zeros(num_features, **kw))
         self.register_buffer("running_var", torch.ones(num_features, **kw))
+
+
+class NoResetMethod(StartsRightWithoutReset):
+    reset_parameters = None
+
+
+class ResetWithoutNoGrad(_Norm1d):
+    def reset_parameters(self):
+        self.weight.fill_(1.0)
+        self.bias.zero_()
+        self.running_mean.zero_()
+        self.running_var.fill_(1.0)
 
 
 class KerasMomentum(_Norm1d):
