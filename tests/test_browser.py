@@ -1,14 +1,12 @@
 """A learner's and a teacher's view: JupyterLab in headless Chromium runs a chapter, moving a widget redraws
 its figure, and RISE presents a chapter as a live slideshow.
 
-Both tests share one JupyterLab server (tools/lab.py: the test run starts it early, see conftest.py) and
-one Chromium, the ``browser`` fixture of conftest.py, which tests/test_slides.py uses too (both modules are
-one xdist group, so all of them run on the same worker). Needs Chromium (Debian/Ubuntu: `apt-get install
-chromium-headless-shell`, which it prefers: the same engine without windows, lighter to start and run; else
-`chromium` or Chrome) and the `playwright` package from requirements.txt (it drives the system's Chromium;
-it downloads no browser). Without them the tests are skipped with that message, unless REQUIRE_BROWSER=1
-(set by CI), which turns the skip into a failure. tests/test_slides.py uses the same Chromium for the
-exported decks.
+Both tests share one JupyterLab server (the ``lab`` fixture below) and one Chromium, the ``browser`` fixture of
+conftest.py, which tests/test_slides.py uses too (both modules are one xdist group, so all of them run on the
+same worker). Needs Chromium (Debian/Ubuntu: `apt-get install chromium-headless-shell`, which it prefers: the
+same engine without windows, lighter to start and run; else `chromium` or Chrome) and the `playwright` package
+from requirements.txt (it drives the system's Chromium; it downloads no browser). Without them the tests are
+skipped with that message, unless REQUIRE_BROWSER=1 (set by CI), which turns the skip into a failure.
 """
 
 from __future__ import annotations
@@ -16,19 +14,23 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
+import shutil
+import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
+import urllib.request
 from urllib.parse import urlparse
 
+import nbformat
 import pytest
 
-from tools import lab as lab_server
+from tools import course
 
 pytestmark = pytest.mark.xdist_group("browser")
 
-CHAPTER = lab_server.CHAPTER  # the init explorer (a slider and dropdowns redrawing a figure), and formulas
+CHAPTER = course.BY_NUMBER["02"]  # the init explorer (a slider and dropdowns redrawing a figure), and formulas
 # The explorer's figure: an ipywidgets Image (or an image inside an Output widget).
 IMAGE = "img.widget-image, .widget-output img"
 FIGURE = ".jp-CodeCell img.widget-image, .jp-CodeCell .widget-output img"
@@ -36,6 +38,9 @@ CHROMIUM_FLAGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
     "--disable-background-networking", "--disable-component-update",
 ]
+#: The browsers the tests drive, in order of preference: Chromium's headless shell (the same engine without
+#: windows, lighter to start and run), Chromium, Chrome.
+CHROMIUMS = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome")
 #: Images in the notebooks' generated navigation header: content, fetched by JupyterLab's own view of
 #: the notebook wherever it is opened (a lecture without network shows their alt text instead).
 BADGES = ("colab.research.google.com/assets/colab-badge.svg", "mybinder.org/badge_logo.svg")
@@ -54,7 +59,7 @@ PRESENT = """() => {
 
 def chromium_or_skip() -> str:
     """The system's Chromium, with playwright to drive it; else skip (or fail under REQUIRE_BROWSER=1)."""
-    path = lab_server.chromium()
+    path = next(filter(None, map(shutil.which, CHROMIUMS)), None)
     problem = None
     if path is None:
         problem = "Chromium not found (Debian/Ubuntu: apt-get install chromium-headless-shell)"
@@ -70,45 +75,84 @@ def chromium_or_skip() -> str:
     return path
 
 
+def excerpt() -> nbformat.NotebookNode:
+    """The chapter's opening (title, navigation, what you will learn, the setup) and its explorer section,
+    with the generated parts and slide metadata as ``sync`` makes them: what a learner and a teacher see of
+    the chapter, at a fraction of the cost of running and rendering all of it."""
+    nb = course.synced(CHAPTER, nbformat.read(CHAPTER.path, as_version=4))
+    explorer = next(i for i, c in enumerate(nb.cells) if "build_ui(" in c.source)
+    footer = [c for c in nb.cells if "nav-footer" in c.metadata.get("tags", [])]
+    nb.cells = nb.cells[:4] + nb.cells[explorer - 1:explorer + 1] + footer
+    assert "setup" in nb.cells[3].metadata["tags"] and nb.cells[4].source.startswith("## ")
+    course._set_slideshow(nb, nb.cells)
+    return nb
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    """One JupyterLab on loopback for the module, serving the chapter's excerpt (tools/lab.py): the one the
-    test run started at its beginning for the workers (conftest.py), else one of its own. It starts while
-    Chromium does; :func:`notebook` waits until it answers."""
-    early = lab_server.from_environment()
-    if early is not None:
-        yield early  # the test run stops it
-        return
-    server, lab = lab_server.start(tmp_path_factory.mktemp("lab"))
+    """``jupyter lab`` on loopback, serving the chapter's excerpt from a temporary folder (autosave must not
+    touch the checkout), with every Jupyter folder (settings, trust signatures, connection files) in it, not
+    in the user's. Yields ``(base URL, token, folder)`` once it answers."""
+    root = tmp_path_factory.mktemp("lab")
+    (root / CHAPTER.file).write_text(nbformat.writes(excerpt()), encoding="utf-8")
+    settings = root / "settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "notification.jupyterlab-settings").write_text(
+        json.dumps({"fetchNews": "false", "checkForUpdates": False}), encoding="utf-8")
+    # No build check: the page would ask the server whether JupyterLab needs rebuilding, and the server would
+    # ask yarn (a Node.js process) to find out. Nothing here is ever rebuilt.
+    (root / "config" / "labconfig").mkdir(parents=True)
+    (root / "config" / "labconfig" / "page_config.json").write_text(
+        json.dumps({"buildCheck": False, "buildAvailable": False}), encoding="utf-8")
+    port, token = _free_port(), secrets.token_hex(16)
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(root / "config"), JUPYTER_DATA_DIR=str(root / "data"),
+               JUPYTER_RUNTIME_DIR=str(root / "rt"), JUPYTERLAB_WORKSPACES_DIR=str(root / "ws"),
+               JUPYTERLAB_SETTINGS_DIR=str(root / "settings"), CUDA_VISIBLE_DEVICES="")
+    with open(root / "lab.log", "w", encoding="utf-8") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",
+             f"--ServerApp.port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+             "--LabApp.extension_manager=readonly", "--LabApp.news_url=None",
+             # its kernels talk through Unix sockets, as nbval's do (conftest.py says why); on Linux, where the
+             # temporary folder's path is short enough for a socket's
+             *(["--KernelManager.transport=ipc"] if sys.platform.startswith("linux") else [])],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+        )
+    base = f"http://127.0.0.1:{port}"
     try:
-        yield lab
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=1)
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    log = (root / "lab.log").read_text(encoding="utf-8", errors="replace")
+                    pytest.fail("JupyterLab did not start: " + log[-2000:])
+                time.sleep(0.2)
+        yield base, token, root
     finally:
-        lab_server.stop(server)
-
-
-def test_the_labs_address_reaches_the_workers_whole():
-    lab = lab_server.Lab("http://127.0.0.1:8123", "0123abcd", Path("/tmp/some lab"), 4321)
-    assert lab_server.from_environment({lab_server.ENV: lab_server.to_environment(lab)}) == lab
-    assert lab_server.from_environment({}) is None
-
-
-def test_a_lab_that_stopped_is_reported_at_once_with_its_log(tmp_path):
-    (tmp_path / "lab.log").write_text("OSError: [Errno 98] Address already in use")
-    gone = subprocess.run([sys.executable, "-S", "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True, check=True)
-    lab = lab_server.Lab("http://127.0.0.1:9", "t", tmp_path, int(gone.stdout))  # port 9: nothing answers
-    started = time.monotonic()
-    with pytest.raises(RuntimeError, match="did not start: OSError: .Errno 98. Address already in use"):
-        lab.ready(timeout=60)
-    assert time.monotonic() - started < 30, "it waited for the deadline, not for the process"
+        server.terminate()
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
 
 
 @pytest.fixture(scope="module")
 def notebook(lab, browser):
     """The chapter open in JupyterLab, in one page that both tests use (loading JupyterLab costs seconds)."""
+    base, token, _ = lab
     page = browser.new_page(viewport={"width": 1280, "height": 1000})
-    lab.ready()
-    page.goto(lab.url(CHAPTER))  # the notebook names its kernel, so JupyterLab starts it without asking
+    # the notebook names its kernel, so JupyterLab starts it without asking
+    page.goto(f"{base}/lab/tree/{CHAPTER.file}?token={token}")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
     yield page
     page.close()
@@ -152,9 +196,10 @@ def test_widget_redraws_in_jupyterlab(lab, notebook, tmp_path):
     assert errors.count() == 0, errors.first.inner_text()
     assert (tmp_path / "after.png").stat().st_size > 10_000
     # the notebook's trust signature went to the lab's own data folder, not to the user's (~/.local/share/jupyter)
-    assert (lab.root / "data" / "nbsignatures.db").is_file()
-    # and its kernel talks to JupyterLab through Unix sockets (tools/lab.py), on Linux
-    transports = {json.loads(f.read_text())["transport"] for f in (lab.root / "rt").glob("kernel-*.json")}
+    root = lab[2]
+    assert (root / "data" / "nbsignatures.db").is_file()
+    # and its kernel talks to JupyterLab through Unix sockets, on Linux
+    transports = {json.loads(f.read_text())["transport"] for f in (root / "rt").glob("kernel-*.json")}
     assert transports == ({"ipc"} if sys.platform.startswith("linux") else {"tcp"}), transports
 
 
@@ -175,7 +220,7 @@ def test_rise_presents_the_chapter_as_a_live_slideshow(lab, notebook, tmp_path):
         frame.wait_for_function(f"({PRESENT})() !== null", timeout=60_000)
         first = frame.evaluate(PRESENT)
         assert f"{CHAPTER.number} · {CHAPTER.title}".lower() in first["text"].lower(), first["text"][:200]
-        kinds = [c.metadata["slideshow"]["slide_type"] for c in lab.nb.cells]
+        kinds = [c.metadata["slideshow"]["slide_type"] for c in excerpt().cells]
         assert first["slides"] == kinds.count("slide")
         frame.locator(".reveal").first.press("ArrowRight")
         frame.wait_for_function(f"({PRESENT})().h === 1", timeout=10_000)

@@ -343,14 +343,12 @@ atomic_write(sys.argv[1], write)
 def killed_save(path: Path) -> int:
     """Start a save to ``path`` in another process that is SIGKILLed half-way through; return its process id.
 
-    The process is a fork of the test run's kernel server where there is one (torch imported already), else a
-    fresh Python; either way, once its launcher has exited, the killed process is gone."""
+    Once ``subprocess.run`` returns, the killed process is gone."""
     import signal
     import subprocess
+    import sys
 
-    from tools import kernel_server
-
-    command = [*kernel_server.python_argv(), "-c", KILLED_SAVE, str(path)]
+    command = [sys.executable, "-c", KILLED_SAVE, str(path)]
     child = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
     return int(child.stdout)

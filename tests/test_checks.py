@@ -166,3 +166,25 @@ def test_an_exercises_own_causes_come_before_the_shared_ones_and_the_hint():
     assert verdict == "failed" and hint.endswith("Likely cause: the output was made with requires_grad=True."), hint
     assert "a parameter was edited in place" in outcome(check_positive, lambda x: fills_a_leaf())[1]  # shared one
     assert outcome(check_filled, fails_otherwise)[1].endswith("Likely cause: the general hint."), hint
+
+
+def test_a_failing_check_names_its_own_file_and_line():
+    """A learner who opens the check finds the property that failed: the message names the line of the
+    failed expect (or of the learner_code block whose call raised), not a line of utils/checks.py."""
+    import inspect
+
+    lines, first = inspect.getsourcelines(check_positive)
+    expect_line = first + next(i for i, line in enumerate(lines) if "expect(" in line)
+    with pytest.raises(ExerciseFailed) as failed:
+        check_positive(lambda x: -x)
+    where = f"tests/test_checks.py, line {expect_line}"
+    assert failed.value.where == where
+    assert str(failed.value).endswith(f"(The check that failed: {where}.)")
+
+    lines, first = inspect.getsourcelines(check_block)
+    call_line = first + next(i for i, line in enumerate(lines) if "calling your block" in line)
+    with pytest.raises(ExerciseFailed) as failed:
+        check_block(lambda: torch.nn.Linear(3, 1))  # the call raises: wrong input size
+    assert failed.value.where == f"tests/test_checks.py, line {call_line}"
+    # the hints the catalogues assert are unchanged: no line numbers in them
+    assert outcome(check_positive, lambda x: -x) == ("failed", "Ex · positive: not yet. return a positive number")

@@ -21,11 +21,10 @@ import_ms = (time.perf_counter() - t0) * 1000
 new = sorted(set(sys.modules) - before)
 utils.try_gpu(); utils.try_all_gpus(); utils.num_gpus()
 after_utils = sorted(m for m in sys.modules if m.startswith("utils."))
-import utils.checkpoint, utils.doctor, utils.index_explorer, utils.init_explorer, utils.timing
+import utils.checkpoint, utils.doctor, utils.index_explorer, utils.init_explorer, utils.placement, utils.timing
 heavy = sorted({"matplotlib", "ipywidgets", "torch.utils.benchmark"} & set(sys.modules))
 print(json.dumps({"import_ms": import_ms, "new": new, "after_utils": after_utils, "heavy": heavy,
                   "cuda_initialised": torch.cuda.is_initialized()}))
-import gc; gc.freeze()  # exit without a last garbage collection over all of torch (about 0.4 s of CPU)
 """
 
 

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import venv
 from pathlib import Path
 
@@ -74,15 +75,22 @@ def test_colab_setup_does_nothing_off_colab():
 def test_colab_install_command_installs_utils_into_a_fresh_environment(tmp_path):
     """The setup cell's Colab command, pointed at a local clone, installs `utils`, and the setup runs with it.
 
-    Colab already has torch, Jupyter and the rest: the new environment sees this one's packages
-    (system site packages stand in for Colab's), builds the helpers with the setuptools found here
-    (no download during the test) and must install nothing but them.
+    Colab already has torch, Jupyter and the rest, so the new environment must see *this* environment's
+    packages, whatever kind this one is (a virtual environment, one made with --system-site-packages, or a
+    plain interpreter). ``venv``'s own ``system_site_packages`` would give it the *base* interpreter's packages
+    instead (possibly no torch and an old setuptools), so the new environment gets a ``.pth`` file listing the
+    site-packages folders this interpreter imports from. The helpers are built with the setuptools found there
+    (no download during the test), and nothing but them may be installed.
     """
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
     env_dir = tmp_path / "env"
-    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
+    venv.EnvBuilder(with_pip=False).create(env_dir)
     py = env_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    new_site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    ours = [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages") and Path(p).is_dir()]
+    Path(new_site, "running-environment.pth").write_text("\n".join(ours) + "\n", encoding="utf-8")
 
     # The very command of the setup cell, with the repository URL swapped for the clone.
     command = next(line for line in course.SETUP.splitlines() if "%pip install" in line).strip()
@@ -104,10 +112,24 @@ def test_colab_install_command_installs_utils_into_a_fresh_environment(tmp_path)
     code = setup + (
         "\nimport utils, utils.checks, utils.checkpoint, utils.timing, utils.exercises.ch01"
         "\nprint(utils.__file__)\nprint('ok', device)"
-        "\nimport gc; gc.freeze()"  # exit without a last garbage collection over all of torch (about 0.4 s)
     )
     result = subprocess.run([str(py), "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     *_, where, last = result.stdout.strip().splitlines()
     assert where.startswith(str(env_dir)), where
     assert last == "ok cpu", result.stdout
+
+
+def test_ci_runs_the_readmes_commands_in_a_fresh_virtual_environment():
+    """CI does what the README tells a newcomer: a new venv, the setup command in it, then the test command."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    setup, test = re.findall(r"```bash\n(.+?)\n```", readme[readme.index("## Two commands"):])[:2]
+    steps = setup.split(" && ")
+    assert steps[0] == "python -m venv .venv" and steps[1] == ". .venv/bin/activate", setup
+    assert steps[2] == "python -m pip install -r requirements.txt" and "jupyter lab" in steps[3], setup
+    assert test == "python -m pytest", test
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
+    commands = [line for line in ci if line and not line.startswith(("#", "if", "apt", "DEBIAN", "fi", "set ", "cd ",
+                                                                      "export"))]
+    assert commands == ["rm -rf .venv", "python3 -m venv .venv", ". .venv/bin/activate",
+                        "python -m pip install --quiet -r requirements.txt", test], commands

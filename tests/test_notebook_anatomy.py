@@ -178,3 +178,32 @@ def test_prerequisites_are_only_the_generated_ones(ch):
     learn = next(c for c in load(ch).cells if c.cell_type == "markdown" and "## What you will learn" in c.source)
     assert not re.search(r"\]\(0\d_[a-z_]+\.ipynb\)", learn.source), "prerequisites are generated: remove the link"
     assert not re.search(r"(?i)before you start:?\*? *chapters? \d", learn.source)
+
+
+def exercise_checks(nb) -> list[str]:
+    """The exercise checks the chapter imports (``from utils.exercises.chNN import check_..., ...``)."""
+    names = []
+    for c in code_cells(nb):
+        for node in ast.walk(ast.parse(c.source.replace("%pip", "pass  #"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("utils.exercises."):
+                names += [a.asname or a.name for a in node.names if a.name.startswith("check_")]
+    return names
+
+
+@pytest.mark.parametrize("ch", PRESENT, ids=lambda c: c.number)
+def test_every_exercise_shows_a_rejection_and_has_a_hidden_reference(ch):
+    # Each exercise: its check shown catching a plausible mistake (`print(rejection(check, Wrong))`), and a
+    # reference solution, collapsed, that calls every check (each prints ✓ under nbval).
+    nb = load(ch)
+    checks = exercise_checks(nb)
+    assert checks, "a chapter has exercises with checks from utils.exercises"
+    sources = [c.source for c in code_cells(nb)]
+    for name in checks:
+        shown = any(re.search(rf"print\(rejection\(\s*{name}\b", s) for s in sources)
+        assert shown, f"no print(rejection({name}, ...))"
+    if ch.number == "00":
+        return  # the index's warm-up shows its answer in the open
+    hidden = [c for c in code_cells(nb) if c.metadata.get("jupyter", {}).get("source_hidden")]
+    assert hidden, "the reference solution is collapsed (jupyter.source_hidden)"
+    for name in checks:
+        assert any(re.search(rf"\b{name}\(", c.source) for c in hidden), f"the hidden reference never calls {name}"

@@ -27,6 +27,7 @@ import contextlib
 import functools
 import re
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Literal, TypeVar
 
 __all__ = ["STUB_MESSAGE", "ExerciseFailed", "exercise", "expect", "keeps_global_rng", "learner_code", "outcome",
@@ -68,7 +69,31 @@ _KNOWN_CAUSES = (
 
 
 class ExerciseFailed(AssertionError):
-    """A learner's answer does not have a property the exercise asks for."""
+    """A learner's answer does not have a property the exercise asks for.
+
+    ``where`` names the line of the check that found it (``"utils/exercises/ch03.py, line 42"``), so that a
+    learner who opens the check finds the property that failed."""
+
+    def __init__(self, message: str, where: str = "") -> None:
+        super().__init__(message)
+        self.where = where
+
+
+def _check_line() -> str:
+    """The file and line of the innermost frame outside this module and contextlib: the check's own line."""
+    import sys
+
+    frame = sys._getframe(1)
+    skip = {__file__, contextlib.__file__}
+    while frame is not None and frame.f_code.co_filename in skip:
+        frame = frame.f_back
+    if frame is None:
+        return ""
+    path = Path(frame.f_code.co_filename)
+    package_root = Path(__file__).resolve().parents[1]
+    with contextlib.suppress(ValueError):
+        path = path.resolve().relative_to(package_root)
+    return f"{path.as_posix()}, line {frame.f_lineno}"
 
 
 def expect(condition: object, hint: str) -> None:
@@ -76,7 +101,7 @@ def expect(condition: object, hint: str) -> None:
     if not isinstance(hint, str) or not hint:
         raise TypeError("hint must be a non-empty str")
     if not condition:
-        raise ExerciseFailed(hint)
+        raise ExerciseFailed(hint, _check_line())
 
 
 def keeps_global_rng(check: F) -> F:
@@ -169,19 +194,20 @@ def learner_code(what: str, hint: str = "", causes: Mapping[str, str] | None = N
     except Exception as err:
         if _is_stub(err):
             raise
-        raise ExerciseFailed(_explain(err, what, hint, causes)) from None
+        raise ExerciseFailed(_explain(err, what, hint, causes), _check_line()) from None
 
 
-def _judge(check: Callable[..., object], args: tuple, kwargs: dict) -> tuple[Verdict, str]:
+def _judge(check: Callable[..., object], args: tuple, kwargs: dict) -> tuple[Verdict, str, str]:
+    """``(verdict, hint, where)``: ``where`` is the check's line that failed, where one did."""
     try:
         check(*args, **kwargs)
     except ExerciseFailed as failure:
-        return "failed", str(failure)
+        return "failed", str(failure), failure.where
     except Exception as err:
         if _is_stub(err):
-            return "not attempted", ""
-        return "failed", _explain(err, "", "")
-    return "passed", ""
+            return "not attempted", "", ""
+        return "failed", _explain(err, "", ""), ""
+    return "passed", "", ""
 
 
 def exercise(title: str) -> Callable[[F], Callable[..., None]]:
@@ -192,16 +218,17 @@ def exercise(title: str) -> Callable[[F], Callable[..., None]]:
     def decorate(check: F) -> Callable[..., None]:
         @functools.wraps(check)
         def run(*args, **kwargs) -> None:
-            verdict, message = _judge(check, args, kwargs)
+            verdict, message, where = _judge(check, args, kwargs)
             if verdict == "failed":
-                raise ExerciseFailed(f"{title}: not yet. {message}")
+                at = f"\n(The check that failed: {where}.)" if where else ""
+                raise ExerciseFailed(f"{title}: not yet. {message}{at}", where)
             if verdict == "not attempted":
                 print(f"… {title}: not attempted yet (the answer still raises NotImplementedError).")
             else:
                 print(f"✓ {title}: passed.")
 
         run.title = title  # type: ignore[attr-defined]
-        run.judge = lambda *args, **kwargs: _judge(check, args, kwargs)  # type: ignore[attr-defined]
+        run.judge = lambda *args, **kwargs: _judge(check, args, kwargs)[:2]  # type: ignore[attr-defined]
         return run
 
     return decorate
