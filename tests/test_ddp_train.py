@@ -272,6 +272,40 @@ def test_identity_comes_from_the_launcher(monkeypatch):
     assert (found["group_rank"], found["cuda_visible_devices"], found["device_type"]) == ("1", None, "cpu")
 
 
+def test_the_cuda_path_sets_the_current_device_and_binds_the_group_to_it(monkeypatch):
+    """No GPU needed: the CUDA calls are recorded, not made."""
+    calls = []
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.append(("set_device", device)))
+    monkeypatch.setattr(ddp_train.dist, "init_process_group",
+                        lambda *args, **kwargs: calls.append(("init_process_group", args, kwargs)))
+    monkeypatch.setattr(ddp_train.dist, "get_rank", lambda: 3)
+    monkeypatch.setattr(ddp_train.dist, "get_world_size", lambda: 4)
+    assert ddp_train.init_distributed("auto") == (3, 4, torch.device("cuda", 1), "nccl")
+    assert calls == [("set_device", torch.device("cuda", 1)),
+                     ("init_process_group", ("nccl",), {"device_id": torch.device("cuda", 1)})]
+
+
+def test_the_cpu_path_binds_no_device(monkeypatch):
+    without_a_launcher(monkeypatch)
+    rank, world_size, device, backend = ddp_train.init_distributed("gloo")
+    try:
+        assert (rank, world_size, device, backend) == (0, 1, torch.device("cpu"), "gloo")
+        found = ddp_train.rank_identity(device)
+        assert (found["bound_device"], found["current_cuda_device"]) == (None, None)
+    finally:
+        torch.distributed.destroy_process_group()
+    # Why: init_process_group refuses a device_id that is not an accelerator with an index.
+    with pytest.raises(ValueError, match="device_id"):
+        torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0, world_size=1,
+                                             device_id=torch.device("cpu"))
+    assert not torch.distributed.is_initialized()
+
+
 #: In a fresh interpreter (torch._dynamo not imported yet, as in a launched worker), runs the module as
 #: ``python -m`` does (runpy, as ``__main__``): ``--help``, then a one-epoch run with the sync demo, with
 #: the garbage collector off so that only the program's own shutdown can stop gloo's threads. Prints what

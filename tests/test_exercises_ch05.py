@@ -118,6 +118,18 @@ def part_by_part(state_dict, prefix="module."):  # strips each part of the prefi
     return out
 
 
+def first_key_decides(state_dict, prefix="module."):  # "saved from DataParallel?" judged by the first key
+    if next(iter(state_dict)).startswith(prefix):
+        return {k.removeprefix(prefix): v for k, v in state_dict.items()}
+    return dict(state_dict)
+
+
+def first_key_decides_by_index(state_dict, prefix="module."):
+    if list(state_dict)[0].startswith(prefix):
+        return {(k[len(prefix):] if k.startswith(prefix) else k): v for k, v in state_dict.items()}
+    return OrderedDict(state_dict)
+
+
 STRIP_WRONG = {
     with_replace: "the key 'module.submodule.weight' became 'subweight'",
     with_lstrip: "the key 'module.encoder.weight' became 'ncoder.weight'",
@@ -142,6 +154,9 @@ STRIP_WRONG = {
                      "key.startswith(prefix)",
     part_by_part: "the key 'backbone.head.bias' became 'head.bias'; expected 'backbone.head.bias': it starts "
                   "with the prefix's first part only",
+    first_key_decides: "no key lost the prefix, although 2 of them start with it ('module.a', ...); the first "
+                       "key, 'head', does not",
+    first_key_decides_by_index: "test key.startswith(prefix) for every key, not for the first one",
 }
 
 
@@ -191,8 +206,12 @@ def default_none(state_dict, prefix=None):
     return {(k[len(prefix):] if k.startswith(prefix) else k): v for k, v in state_dict.items()}
 
 
+def walks_backwards(state_dict, prefix="module."):  # another order of the keys: the same verdict
+    return {(k[len(prefix):] if k.startswith(prefix) else k): v for k, v in reversed(state_dict.items())}
+
+
 @pytest.mark.parametrize("right", [with_removeprefix, with_escaped_regex, with_partition, consume_on_a_copy,
-                                   rename_in_a_shallow_copy, default_none],
+                                   rename_in_a_shallow_copy, default_none, walks_backwards],
                          ids=lambda f: f.__name__)
 def test_strip_prefix_accepts(right):
     assert outcome(check_strip_prefix, right) == ("passed", "")
@@ -359,6 +378,15 @@ def load_adam_state_only(path, model, optimizer):
     return _restore(checkpoint, model, optimizer, parts=("model", "rng"))
 
 
+def load_adam_state_and_a_fixed_lr(path, model, optimizer):  # the run's first learning rate, from its config
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    for i, p in enumerate(model.parameters()):
+        optimizer.state[p] = checkpoint["adam"][i]
+    for group in optimizer.param_groups:
+        group["lr"] = 0.05
+    return _restore(checkpoint, model, optimizer, parts=("model", "rng"))
+
+
 _KEPT = {}  # a variable of the program, which a new process starts without
 
 
@@ -426,7 +454,11 @@ RESUME_WRONG = [
     (save_state, load_with_assign, "load replaced the model's Parameters with new tensors"),
     (save_safetensors, load_safetensors, "the file is a safetensors file"),
     (save_parameters_only, load_parameters_only, "the model's buffers (here batch norm's running mean"),
-    (save_adam_state_only, load_adam_state_only, "the optimizer's settings (its param_groups: the learning rate"),
+    (save_adam_state_only, load_adam_state_only, "the optimizer's settings (its param_groups: the learning rate, "
+                                                 "the betas, ...) are not restored: after load the learning rate "
+                                                 "is 0.01, the saved one 0.05"),
+    (save_adam_state_only, load_adam_state_and_a_fixed_lr, "are not restored: after load the learning rate is "
+                                                           "0.05, the saved one 0.02"),
     (save_step_in_a_variable, load_step_from_a_variable, "load returned 500, the step of a later save, for the "
                                                          "file saved as step 3"),
     (save_rng_in_a_variable, load_rng_from_a_variable, "torch's random state came from a later save (step 500)"),

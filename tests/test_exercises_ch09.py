@@ -225,7 +225,7 @@ def ignores_the_seed(n_samples, world_size, rank, epochs, seed):
 
 
 def no_process_group(n_samples, world_size, rank, epochs, seed):
-    sampler = DistributedSampler(range(n_samples), shuffle=True, seed=seed)  # needs an initialised group
+    sampler = DistributedSampler(range(n_samples), shuffle=True, seed=seed)  # needs an initialized group
     return [list(sampler) for _ in range(epochs)]
 
 
@@ -248,6 +248,10 @@ def batches_of_tensors(n_samples, world_size, rank, epochs, seed):  # a DataLoad
     return out
 
 
+def ignores_the_rank(n_samples, world_size, rank, epochs, seed):  # every rank builds rank 0's sampler
+    return right_tuples_and_keywords(n_samples, world_size, 0, epochs, seed)
+
+
 def both_bugs(n_samples, world_size, rank, epochs, seed):
     return no_set_epoch(n_samples, world_size, rank, epochs, seed + rank)
 
@@ -266,6 +270,8 @@ def both_bugs(n_samples, world_size, rank, epochs, seed):
         (returns_the_sampler, "got list of DistributedSampler"),
         (batches_of_tensors, "got list of list of Tensor"),
         (both_bugs, "the same seed"),
+        (ignores_the_rank, "12 samples on 3 ranks, epoch 0: every rank got the same indices, [8, 9, 2, 1], so the "
+                           "ranks all train on one shard. The rank was not used: pass rank=rank"),
     ],
 )
 def test_epoch_shards_rejects(wrong, hint):
@@ -470,9 +476,19 @@ def loss_on_a_tuple(ddp, optimizer, loss_fn, micro_batches):
     optimizer.step()
 
 
+def hard_coded_mse(ddp, optimizer, loss_fn, micro_batches):  # right for nn.MSELoss() only
+    optimizer.zero_grad()
+    k = len(micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
+        with ddp.no_sync() if i < k - 1 else contextlib.nullcontext():
+            (nn.functional.mse_loss(ddp(x), y) / k).backward()
+    optimizer.step()
+
+
 @pytest.mark.parametrize(
     ("wrong", "hint"),
     [
+        (hard_coded_mse, "loss_fn was L1Loss(), and the step used the gradient of a mean squared error instead"),
         (no_sync_around_the_backward_only, "entering no_sync() only around the backward is too late"),
         (everything_in_no_sync, "the last micro-batch ran inside no_sync()"),
         (no_no_sync, "run the forward of each of the first K-1 micro-batches inside"),

@@ -24,7 +24,7 @@ Three functions, one error type:
     before anything is copied (the module is left untouched when it raises); ``strict=False`` loads
     the keys that match and returns the ones that did not.
 
-Nothing here initialises CUDA; pass ``map_location`` to load GPU checkpoints on a CPU-only machine.
+Nothing here initializes CUDA; pass ``map_location`` to load GPU checkpoints on a CPU-only machine.
 Used by chapter 05 (saving and loading) and chapter 09's training program (``utils.ddp_train``).
 """
 

@@ -14,7 +14,10 @@ module runs as a single process (``python -m utils.ddp_train ...``). Nothing imp
 ``import utils`` leaves it alone until you ask for ``utils.ddp_train``.
 
 * Backend: ``nccl`` when every process on this node has a CUDA GPU of its own (process ``LOCAL_RANK``
-  uses ``cuda:LOCAL_RANK``), ``gloo`` on the CPU otherwise; ``--backend`` overrides the choice.
+  uses ``cuda:LOCAL_RANK``), ``gloo`` on the CPU otherwise; ``--backend`` overrides the choice. With
+  ``nccl`` each process makes its GPU the current device (``torch.cuda.set_device``) and binds its process
+  group to it (``init_process_group(..., device_id=device)``): two different things, see
+  :func:`init_distributed`.
 * Data: a synthetic regression set made from ``--seed``, identical in every process;
   a ``DistributedSampler`` hands each process a disjoint shard and reshuffles every epoch (``set_epoch``).
   On a GPU the loader pins its batches, so that ``non_blocking`` copies really are asynchronous.
@@ -34,7 +37,7 @@ processes, so a run with P processes, ``--batch-size B`` and ``--accumulate K`` 
 process with batch P*B*K, up to floating-point rounding, when P divides the number of samples (otherwise
 the sampler repeats a few samples to give every process as many).
 
-``--sync-demo`` adds, after training, chapter 09's demonstration of what DDP synchronises besides
+``--sync-demo`` adds, after training, chapter 09's demonstration of what DDP synchronizes besides
 gradients (parameters when it wraps a model, buffers before each forward) and of ``SyncBatchNorm``
 on this backend. It trains nothing; its findings go to the JSON result under ``"sync_demo"``.
 """
@@ -43,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import inspect
 import json
 import logging
@@ -110,7 +112,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="process-group backend (default: nccl if each process has a GPU, else gloo)")
     parser.add_argument("--no-progress", action="store_true", help="never show the progress bar")
     parser.add_argument("--sync-demo", action="store_true",
-                        help="after training, record what DDP synchronises besides gradients (chapter 09)")
+                        help="after training, record what DDP synchronizes besides gradients (chapter 09)")
     args = parser.parse_args(argv)
     if args.resume and args.checkpoint is None:
         parser.error("--resume needs --checkpoint")
@@ -181,12 +183,34 @@ def window_samples(index: int, micro_batches: int, accumulate: int, batch_size: 
 
 
 def rank_identity(device: torch.device) -> dict:
-    """What torchrun told this process about itself, and the device it uses."""
-    return {**{name.lower(): os.environ.get(name) for name in IDENTITY_VARS}, "device_type": device.type}
+    """What torchrun told this process about itself, and the device it uses: its type, the device its process
+    group is bound to (``None`` unless ``init_process_group`` got a ``device_id``) and, on a GPU, the current
+    CUDA device's index (``None`` on the CPU)."""
+    bound = getattr(dist.group.WORLD, "bound_device_id", None) if dist.is_initialized() else None
+    return {
+        **{name.lower(): os.environ.get(name) for name in IDENTITY_VARS},
+        "device_type": device.type,
+        "bound_device": None if bound is None else str(bound),
+        "current_cuda_device": torch.cuda.current_device() if device.type == "cuda" else None,
+    }
 
 
 def init_distributed(requested: str) -> tuple[int, int, torch.device, str]:
-    """Join the process group torchrun describes (or a one-process group); return rank, size, device, backend."""
+    """Join the process group torchrun describes (or a one-process group); return rank, size, device, backend.
+
+    On the ``nccl`` path, two calls tie the process to ``cuda:LOCAL_RANK`` (torch 2.13):
+
+    * ``torch.cuda.set_device(device)`` makes it the *current* device, which whatever names only ``"cuda"``
+      uses: ``torch.device("cuda")``, ``.cuda()``, and the object collectives (``all_gather_object``,
+      which this program calls) that put their buffers on the current device.
+    * ``init_process_group(backend, device_id=device)`` *binds* the process group to it (the group's
+      ``bound_device_id``): NCCL creates its communicator at once, so a broken setup fails here rather
+      than at the first collective; ``barrier()`` runs on that device; later sub-groups are split from
+      its communicator where NCCL can. It does not call ``set_device``, so it does not replace the first call.
+
+    The ``gloo`` path on the CPU passes no ``device_id``: ``init_process_group`` refuses one that is not
+    an accelerator with an index (``ValueError``).
+    """
 
     launched = "RANK" in os.environ
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -195,13 +219,15 @@ def init_distributed(requested: str) -> tuple[int, int, torch.device, str]:
     backend = choose_backend(requested, cuda_devices, local_world_size)
     if backend == "nccl":
         device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)  # before any collective: NCCL uses the current device
+        torch.cuda.set_device(device)  # the current device, for everything that says just "cuda"
+        bind = {"device_id": device}  # the process group's device: NCCL connects now, barrier() uses it
     else:
         device = torch.device("cpu")
+        bind = {}  # device_id must be an accelerator: a CPU group takes none
     if launched:  # torchrun set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT
-        dist.init_process_group(backend)
+        dist.init_process_group(backend, **bind)
     else:
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, **bind)
     return dist.get_rank(), dist.get_world_size(), device, backend
 
 
@@ -274,7 +300,7 @@ def same_state(state: dict, model: nn.Module, optimizer: torch.optim.Optimizer) 
 
 
 def sync_demo(rank: int, device: torch.device) -> dict:
-    """What DDP synchronises besides gradients, seen on every rank. Trains nothing.
+    """What DDP synchronizes besides gradients, seen on every rank. Trains nothing.
 
     * Parameters and buffers when it wraps a model: every rank starts from its own, then compares.
     * Buffers before each forward: a BatchNorm's running mean after two ordinary training steps, with
@@ -332,7 +358,7 @@ def sync_demo(rank: int, device: torch.device) -> dict:
 
 
 def train(args: argparse.Namespace, rank: int, world_size: int, device: torch.device, backend: str) -> dict | None:
-    """Train in an initialised process group; rank 0 returns the result it wrote to ``args.out``, others None."""
+    """Train in an initialized process group; rank 0 returns the result it wrote to ``args.out``, others None."""
 
     logging.basicConfig(stream=sys.stdout, format=f"[rank {rank}/{world_size}] %(message)s")
     LOG.setLevel(logging.INFO if rank == 0 else logging.WARNING)  # the other ranks only report problems
@@ -480,8 +506,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    status = main()
-    # The process ends here, and Python's last garbage collection would walk every object that torch made
-    # (about half a second of CPU). Nothing is left to collect: freeze it all and skip that walk.
-    gc.freeze()
-    sys.exit(status)
+    sys.exit(main())

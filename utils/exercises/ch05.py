@@ -132,6 +132,13 @@ def _judge_keys(fn: Callable[..., object], given: OrderedDict, prefix: str | Non
     )
     want = [k[len(p):] if k.startswith(p) else k for k in keys]
     if set(out) != set(want):  # the order of the keys does not matter to load_state_dict
+        prefixed = [k for k in keys if k.startswith(p)]
+        expect(
+            not (set(out) == set(keys) and prefixed and not keys[0].startswith(p)),
+            f"with prefix={p!r}, no key lost the prefix, although {len(prefixed)} of them start with it "
+            f"({prefixed[0]!r}, ...); the first key, {keys[0]!r}, does not. Whether a key loses the prefix "
+            "depends on that key alone: test key.startswith(prefix) for every key, not for the first one",
+        )
         default = _default_prefix(fn) if prefix is None else None
         expect(
             not isinstance(default, str) or default == p,
@@ -166,6 +173,11 @@ def check_strip_prefix(fn: Callable[..., dict]) -> None:
     ])
     _judge_keys(fn, mixed, "module.", "calling strip_prefix(state_dict, prefix='module.') on mixed keys")
 
+    # The first key without the prefix, later ones with it: the verdict must not hang on the keys' order.
+    head_first = OrderedDict([("head", t[4]), ("module.a", t[0]), ("module.encoder.weight", t[1])])
+    _judge_keys(fn, head_first, "module.", "calling strip_prefix(state_dict, prefix='module.') on keys whose "
+                                           "first one has no prefix")
+
     compiled = OrderedDict([("_orig_mod.encoder.weight", t[0]), ("_orig_mod.steps", t[1]), ("module.x", t[2])])
     _judge_keys(fn, compiled, "_orig_mod.", "calling strip_prefix(state_dict, prefix='_orig_mod.')")
 
@@ -197,7 +209,9 @@ def _model() -> nn.Module:
     return nn.Sequential(nn.Linear(4, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 1))
 
 
-_LR, _OTHER_LR = 0.05, 0.01  # the training's learning rate; the fresh optimizers' own, which load must replace
+# The training's learning rate, lowered (as a scheduler does) for the steps after the first save; and the fresh
+# optimizers' own, which load must replace.
+_LR, _LATER_LR, _OTHER_LR = 0.05, 0.02, 0.01
 
 
 def _absent_gpu() -> str:
@@ -278,9 +292,9 @@ _NOT_RESTORED = {
     ),
     "optimizer settings": (
         "the optimizer's settings",
-        f"the optimizer's settings (its param_groups: the learning rate {_LR} here, the betas, ...) are not "
-        f"restored, and the fresh optimizer was made with lr={_OTHER_LR}: save the whole optimizer.state_dict(), "
-        "which holds 'param_groups' as well as 'state', and load it with optimizer.load_state_dict(...)",
+        "the optimizer's settings (its param_groups: the learning rate, the betas, ...) are not restored{observed}: "
+        "save the whole optimizer.state_dict(), which holds 'param_groups' as well as 'state', and load it with "
+        "optimizer.load_state_dict(...)",
     ),
     "rng": (
         "torch's random state",
@@ -330,7 +344,20 @@ def _expect_restored(step: object, want_step: int, model: nn.Module, optimizer: 
                 f"{later[0]}), not from this file: store it in the checkpoint file itself, not in a variable of "
                 "your program (a new process starts without it)",
             )
+        if part == "optimizer settings":
+            hint = hint.format(observed=_lr_observed(now[part], saved[part]))
         expect(False, hint)
+
+
+def _lr_observed(now: object, saved: object) -> str:
+    """``": after load the learning rate is 0.01, the saved one 0.02"``, where both can be read and differ."""
+    try:
+        got, want = now[0]["lr"], saved[0]["lr"]  # type: ignore[index]
+    except (TypeError, KeyError, IndexError):
+        return ""
+    if got == want:
+        return ""
+    return f": after load the learning rate is {got!r}, the saved one {want!r}"
 
 
 def _expect_readable(path: Path) -> None:
@@ -369,8 +396,9 @@ def check_resume(save: Callable[..., object], load: Callable[..., int]) -> None:
 
     Training 3 steps, saving, loading into a fresh model and optimizer in a "new process" (another random
     seed, another learning rate) and training 3 more must give exactly the weights of 6 uninterrupted steps.
-    A second checkpoint, written after 5 steps but saved as step 500 (so that Adam's own step count is not the
-    answer) and tagged with a GPU this machine lacks, must load too, restore its own values and return 500.
+    A second checkpoint, written after 5 steps (the last 2 at a lower learning rate, as a scheduler sets it) but
+    saved as step 500 (so that Adam's own step count is not the answer) and tagged with a GPU this machine lacks,
+    must load too, restore its own values and return 500.
     Last, the first file, loaded again, must still give back its own values: state kept outside the file (in
     a variable of the program) would be that of the later save.
     """
@@ -411,7 +439,10 @@ def check_resume(save: Callable[..., object], load: Callable[..., int]) -> None:
             "after 3 + 3 steps the weights differ from 6 uninterrupted steps",
         )
 
-        # Two more steps, then a checkpoint as a GPU server writes it: other values, tags of an absent GPU.
+        # Two more steps at a lower learning rate (as a scheduler sets it), then a checkpoint as a GPU server
+        # writes it: other values, other settings, tags of an absent GPU.
+        for group in opt.param_groups:
+            group["lr"] = _LATER_LR
         _train(first, opt, x, y, 2)
         at_5 = _snapshot(first, opt)
         written = Path(folder) / "written.pt"

@@ -161,6 +161,12 @@ def check_epoch_shards(epoch_shards: Callable[[int, int, int, int, int], list[li
                 "indices of the shuffled list, so that every rank takes the same number of steps; keep "
                 "drop_last=False as the task's training loop does",
             )
+            expect(
+                world == 1 or any(shards[rank][epoch] != shards[0][epoch] for rank in range(1, world)),
+                f"{n} samples on {world} ranks, epoch {epoch}: every rank got the same indices, "
+                f"{shards[0][epoch]}, so the ranks all train on one shard. The rank was not used: pass "
+                "rank=rank to DistributedSampler, next to num_replicas=world_size",
+            )
             seen = {i for rank in range(world) for i in shards[rank][epoch]}
             expect(
                 seen == set(range(n)),
@@ -271,9 +277,9 @@ def _window(k: int, seed: int, device: torch.device) -> tuple[nn.Module, list[tu
     return model.to(device), batches
 
 
-def _grads(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+def _grads(model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: nn.Module) -> list[torch.Tensor]:
     model.zero_grad(set_to_none=True)
-    nn.functional.mse_loss(model(x), y).backward()
+    loss_fn(model(x), y).backward()
     return [p.grad.clone() for p in model.parameters()]
 
 
@@ -285,15 +291,18 @@ def _same(a: list, b: list) -> bool:
 def check_accumulate_step(accumulate_step: Callable[..., object], device: torch.device | str = "cpu") -> None:
     """``accumulate_step(ddp, optimizer, loss_fn, micro_batches)``: one step, one all-reduce.
 
-    The model and the micro-batches live on ``device`` (the notebook passes its own).
+    The model and the micro-batches live on ``device`` (the notebook passes its own); ``loss_fn`` is a mean
+    squared error in two windows and a mean absolute error in the third.
     """
     device = torch.device(device)
-    for k, seed in [(3, 0), (1, 1), (2, 2)]:
+    # Two loss functions: the step must use the one it is given.
+    for k, seed, loss_fn in [(3, 0, nn.MSELoss()), (1, 1, nn.MSELoss()), (2, 2, nn.L1Loss())]:
         model, batches = _window(k, seed, device)
         reference = copy.deepcopy(model)
         everything = (torch.cat([x for x, _ in batches]), torch.cat([y for _, y in batches]))
-        want = _grads(reference, *everything)  # the mean loss over all samples of the window
-        last_only = [g / k for g in _grads(reference, *batches[-1])]
+        want = _grads(reference, *everything, loss_fn)  # the mean loss over all samples of the window
+        last_only = [g / k for g in _grads(reference, *batches[-1], loss_fn)]
+        mse = _grads(reference, *everything, nn.MSELoss())  # what a hard-coded mean squared error gives
         for p in model.parameters():  # leftovers from an earlier pass, which the step must not use
             p.grad = torch.full_like(p, 100.0)
         log: list = []
@@ -303,7 +312,7 @@ def check_accumulate_step(accumulate_step: Callable[..., object], device: torch.
             "call ddp(x) for the forward, loss_fn(output, y) for the loss, and ddp.no_sync() as a context "
             "manager (`with ddp.no_sync(): ...`)",
         ):
-            accumulate_step(ddp, optimizer, nn.MSELoss(), [(x.clone(), y.clone()) for x, y in batches])
+            accumulate_step(ddp, optimizer, loss_fn, [(x.clone(), y.clone()) for x, y in batches])
         forwards = [synced for what, synced in log if what == "forward"]
         backwards = [synced for what, synced in log if what == "backward"]
         steps = [i for i, (what, _) in enumerate(log) if what == "step"]
@@ -353,6 +362,11 @@ def check_accumulate_step(accumulate_step: Callable[..., object], device: torch.
             "(entering no_sync() only around the backward is too late)",
         )
         got = optimizer.stepped_with[0]
+        expect(
+            isinstance(loss_fn, nn.MSELoss) or not _same(got, mse),
+            f"loss_fn was {loss_fn}, and the step used the gradient of a mean squared error instead: compute "
+            "each micro-batch's loss with loss_fn(ddp(x), y), the loss function you are given",
+        )
         expect(
             not _same(got, [w * k for w in want]) or k == 1,
             f"the step used {k} times the mean gradient: divide each micro-batch's loss by the number of "
