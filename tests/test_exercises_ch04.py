@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from utils.checks import outcome
-from utils.exercises.ch04 import check_half_fourier, check_norm1d, check_weight_norm_linear
+from utils.exercises.ch04 import _made_elsewhere, check_half_fourier, check_norm1d, check_weight_norm_linear
 
 # ---------------------------------------------------------------- Exercise 1 · WeightNormLinear
 
@@ -89,7 +89,7 @@ class NormOfWholeMatrix(_Reference):
         return self.scale[:, None] * self.direction / self.direction.norm()
 
 
-class NotNormalised(_Reference):
+class NotNormalized(_Reference):
     def weight(self):
         return self.scale[:, None] * self.direction
 
@@ -176,7 +176,40 @@ class NormWithoutKeepdim(_Reference):
         return self.scale[:, None] * self.direction / self.direction.norm(dim=1)
 
 
-@pytest.mark.parametrize("right", [WeightNormNormalize, WeightNormVectorNorm, WeightNormEinsum, WeightNormNumberTensor])
+class ForwardUnderNoGrad(_Reference):
+    """Right numbers, computed where autograd records nothing: the output has no grad_fn."""
+
+    def forward(self, x):
+        with torch.no_grad():
+            return super().forward(x)
+
+
+class EveryParameterFromData(_Reference):
+    def forward(self, x):
+        d, s, b = self.direction.data, self.scale.data, self.bias.data
+        return x @ (s[:, None] * d / d.norm(dim=1, keepdim=True)).T + b
+
+
+class IdentityDirection(_Reference):
+    """Starts at the identity: unit rows while out_features <= in_features, rows of zeros beyond."""
+
+    def __init__(self, in_features, out_features):
+        super().__init__(in_features, out_features)
+        with torch.no_grad():
+            self.direction.copy_(torch.eye(out_features, in_features))
+
+
+class WeightNormIndexedNorms(_WeightNormBase):
+    """A CPU index tensor made without device=: CUDA indexing accepts it."""
+
+    def forward(self, x):
+        rows = torch.arange(self.direction.shape[0])
+        length = self.direction.norm(dim=1, keepdim=True)[rows]
+        return x @ (self.scale[:, None] * self.direction / length).T + self.bias
+
+
+@pytest.mark.parametrize("right", [WeightNormNormalize, WeightNormVectorNorm, WeightNormEinsum, WeightNormNumberTensor,
+                                   WeightNormIndexedNorms])
 def test_weight_norm_accepts(right):
     assert outcome(check_weight_norm_linear, right) == ("passed", "")
 
@@ -190,7 +223,7 @@ def test_weight_norm_accepts(right):
         (NormUnderNoGrad, "the gradient of 'direction' is wrong"),
         (NormOverColumns, "each row of direction divided by its own norm"),
         (NormOfWholeMatrix, "each row of direction divided by its own norm"),
-        (NotNormalised, "each row of direction divided by its own norm"),
+        (NotNormalized, "each row of direction divided by its own norm"),
         (PlainTensors, "must register exactly the parameters"),
         (FlattensBatch, "leading dimensions must pass through"),
         (MisspelledForward, "check the spelling of `def forward"),
@@ -201,6 +234,9 @@ def test_weight_norm_accepts(right):
         (NormWithoutKeepdim, "without keepdim they are (out,) and divide the columns"),
         (ZeroDirection, "a row of zeros has no direction"),
         (ZeroDirectionSafeNorm, "a row of zeros has no direction"),
+        (ForwardUnderNoGrad, "your layer's output has no gradient history (its grad_fn is None)"),
+        (EveryParameterFromData, "your layer's output has no gradient history (its grad_fn is None)"),
+        (IdentityDirection, "WeightNormLinear(2, 4) starts with a direction row of zeros"),
     ],
 )
 def test_weight_norm_rejects(wrong, hint):
@@ -314,7 +350,14 @@ class HalfWithParameter(nn.Module):
         return torch.fft.fft(x)[..., : x.shape[-1] // 2]
 
 
-@pytest.mark.parametrize("right", [RfftThenTrim, Narrowed, DFTMatrix])
+class IndexedWithArange(nn.Module):
+    """A CPU index tensor made without device=: on a GPU machine x[..., idx] accepts it."""
+
+    def forward(self, x):
+        return torch.fft.fft(x)[..., torch.arange(x.shape[-1] // 2)]
+
+
+@pytest.mark.parametrize("right", [RfftThenTrim, Narrowed, DFTMatrix, IndexedWithArange])
 def test_half_fourier_accepts(right):
     assert outcome(check_half_fourier, right) == ("passed", "")
 
@@ -604,6 +647,28 @@ class EpsMadeOnCPU(_Norm1d):
         return self.affine((x - mean) / torch.sqrt(var + eps))
 
 
+class EvalUnderNoGrad(_Norm1d):
+    """Nothing is learned in eval() mode, so the branch runs under no_grad(): frozen layers then stop gradients."""
+
+    def forward(self, x):
+        if self.training:
+            return super().forward(x)
+        with torch.no_grad():
+            return super().forward(x)
+
+
+class ForwardWithoutHistory(_Norm1d):
+    def forward(self, x):
+        with torch.no_grad():
+            return super().forward(x)
+
+
+class EvalDetachedWeight(_Norm1d):
+    def affine(self, h):
+        weight = self.weight if self.training else self.weight.detach()
+        return h * weight + self.bias
+
+
 def test_the_base_of_the_wrong_answers_is_right():
     assert outcome(check_norm1d, _Norm1d) == ("passed", "")
 
@@ -676,6 +741,9 @@ def test_norm1d_accepts(right):
         (NoEpsInEval, "with eps inside the square root as in training"),
         (EpsMadeOnCPU, "a tensor made without device= was not where x is"),
         (StatisticsWithKeepdim, "keepdim=True gives (1, num_features)"),
+        (EvalUnderNoGrad, "in eval() mode your layer's output has no gradient history"),
+        (ForwardWithoutHistory, "in training mode your layer's output has no gradient history"),
+        (EvalDetachedWeight, "in eval() mode no gradient reached 'weight'"),
     ],
 )
 def test_norm1d_rejects(wrong, hint):
@@ -714,3 +782,41 @@ class Norm1dStub(nn.Module):
                                              (check_norm1d, Norm1dStub)])
 def test_stubs_are_not_attempted_yet(check, stub):
     assert outcome(check, stub) == ("not attempted", "")
+
+
+# ---------------------------------------------------------------- the "made elsewhere" stand-in
+
+
+@pytest.mark.parametrize(
+    "forward",
+    [
+        lambda x: x[..., torch.arange(2)],                   # a CPU index tensor: CUDA indexing takes it
+        lambda x: x * torch.tensor(2.0),                     # a CPU number (0-dim): CUDA kernels take it
+        lambda x: x + torch.ones(3).to(x.device),            # moved explicitly
+        lambda x: x + torch.ones(3).to(x),
+        lambda x: x + torch.ones(3, device=x.device),
+        lambda x: x + x.new_ones(3) + torch.zeros_like(x),   # derived from x
+        lambda x: torch.empty_like(x).copy_(torch.ones(2, 3)),
+    ],
+)
+def test_made_elsewhere_accepts_what_cuda_accepts(forward):
+    x = torch.randn(2, 3)
+    with _made_elsewhere():
+        out = forward(x)
+    assert torch.allclose(out, forward(x))                   # real values, the same as without the stand-in
+
+
+@pytest.mark.parametrize(
+    "forward",
+    [
+        lambda x: x * torch.arange(3),
+        lambda x: x + torch.ones(3).to(torch.float32),       # a dtype is no device
+        lambda x: x @ torch.cos(torch.arange(3.0)[:, None] * torch.arange(2.0)),
+        lambda x: x.index_select(1, torch.arange(2)),        # index_select wants its index on the data's device
+        lambda x: F.linear(x, torch.ones(4, 3)),
+    ],
+)
+def test_made_elsewhere_refuses_what_cuda_refuses(forward):
+    x = torch.randn(2, 3)                                    # the input, made outside: on "the GPU"
+    with _made_elsewhere(), pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        forward(x)

@@ -2,22 +2,92 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import weakref
+from collections.abc import Iterator
 from unittest import mock
 
 import torch
 from torch import nn
 
-from utils.checks import default_device_elsewhere, exercise, expect, learner_code
+from utils.checks import exercise, expect, learner_code
 
 __all__ = ["check_half_fourier", "check_norm1d", "check_weight_norm_linear"]
 
 _ANY_DEVICE = (
     "create every tensor in forward on the input's device and in its dtype (torch.zeros(..., device=x.device, "
     "dtype=x.dtype), torch.arange(n, device=x.device)) or derive it from x (torch.zeros_like(x), x.new_ones(...)); "
-    "the check ran your forward on a CPU input while the default device was another one, so a tensor made "
-    "without device= was not where x is"
+    "the check ran your forward as on a GPU machine, where a tensor made without device= lands on the CPU while "
+    "x is on the GPU, so a tensor made without device= was not where x is"
 )
+
+_AS_ON_A_GPU = "calling your layer as on a GPU machine, where tensors made without device= are elsewhere"
+_INDEXING = (torch.Tensor.__getitem__, torch.Tensor.__setitem__, torch.Tensor.index_put_, torch.Tensor.index_put)
+_MOVES = (torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.type_as, torch.Tensor.copy_)
+
+
+@contextlib.contextmanager
+def _made_elsewhere() -> Iterator[None]:
+    """Run the learner's forward on CPU inputs as if it ran on a GPU machine.
+
+    There, a tensor made without ``device=`` lands on the CPU while the input is on the GPU. Here every tensor
+    is on the CPU, so this mode tracks which ones stand for "made without device=" (factories called without
+    ``device=``, and what is computed from those alone) and refuses what CUDA refuses: an operation that mixes
+    such a tensor with one of the input's, unless it is a number (a 0-dim tensor, which CUDA kernels take from
+    the CPU), an index (``x[idx]`` takes a CPU index tensor), or an explicit move (``.to(x.device)``,
+    ``.to(x)``, ``.copy_``). The values are real, so a right answer gives the right numbers.
+    """
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._pytree import tree_leaves
+
+    far: dict[int, weakref.ref] = {}
+
+    def is_far(t: torch.Tensor) -> bool:
+        ref = far.get(id(t))
+        return ref is not None and ref() is t
+
+    def tensors(tree: object) -> list[torch.Tensor]:
+        return [leaf for leaf in tree_leaves(tree) if isinstance(leaf, torch.Tensor)]
+
+    class _Elsewhere(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            given = tensors((args, kwargs))
+            if func in _INDEXING and args:           # an index may be elsewhere; the indexed tensor and values not
+                checked = [args[0], *tensors((args[2:], kwargs))]
+            elif func in _MOVES:
+                checked = []
+            else:
+                checked = given
+            far_here = [t for t in checked if is_far(t)]
+            if any(t.dim() > 0 for t in far_here) and len(far_here) < len(checked):
+                raise RuntimeError(
+                    "Expected all tensors to be on the same device, but found at least two devices: the input's "
+                    "and another one (a tensor made without device=)")
+            out = func(*args, **kwargs)
+            if kwargs.get("device") is not None:
+                return out
+            if func is torch.Tensor.copy_ or func is torch.Tensor.cuda:
+                result_far = func is torch.Tensor.copy_ and is_far(args[0])
+            elif func in _MOVES:
+                targets = [a for a in (*args[1:], *kwargs.values()) if not isinstance(a, bool)]
+                devices = [a for a in targets if isinstance(a, (torch.device, str, int))]
+                others = [a for a in targets if isinstance(a, torch.Tensor)]
+                result_far = (not devices) and (all(map(is_far, others)) if others else is_far(args[0]))
+                if not result_far and out is args[0] and is_far(out):
+                    out = out.clone()                # on a GPU machine the move gives a new tensor
+            elif func in _INDEXING and args:
+                result_far = is_far(args[0])
+            else:
+                result_far = not given or all(is_far(t) for t in given)
+            if result_far:
+                for t in tensors(out):
+                    far[id(t)] = weakref.ref(t)
+            return out
+
+    with _Elsewhere():
+        yield
 
 
 _WN_SHAPES = (
@@ -45,51 +115,99 @@ def _weight_norm_reference(x, direction, scale, bias):
     return x @ weight.T + bias
 
 
-@exercise("Exercise 1 · A weight-normalised linear layer")
-def check_weight_norm_linear(cls: type[nn.Module]) -> None:
-    """``cls(in_features, out_features)`` with parameters ``direction``, ``scale``, ``bias``.
-
-    ``forward(x) = x @ W.T + bias`` with ``W = scale[:, None] * direction / ‖direction row‖``, and
-    gradients must reach all three parameters (a forward that reads ``.data`` or ``.detach()`` of a
-    parameter computes the right numbers but never trains it). It runs on any device and dtype.
-    """
-    with learner_code("building WeightNormLinear(5, 3)", "the error is in your __init__"):
-        layer = cls(5, 3)
+def _built_weight_norm(cls: type[nn.Module], n_in: int, n_out: int, x: torch.Tensor) -> nn.Module:
+    """``cls(n_in, n_out)``, called once on ``x`` as built: its parameters' shapes and a usable start."""
+    with learner_code(f"building WeightNormLinear({n_in}, {n_out})", "the error is in your __init__"):
+        layer = cls(n_in, n_out)
     expect(isinstance(layer, nn.Module), "WeightNormLinear must subclass nn.Module")
-    x = _randn(4, 5, seed=4)
-    with learner_code("calling your layer on a (4, 5) input", _WN_SHAPES):
+    with learner_code(f"calling WeightNormLinear({n_in}, {n_out}) on a {tuple(x.shape)} input", _WN_SHAPES):
         first = layer(x)  # an unfinished answer stops here, with NotImplementedError
     shapes = {name: tuple(p.shape) for name, p in layer.named_parameters()}
-    wanted = {"direction": (3, 5), "scale": (3,), "bias": (3,)}
+    wanted = {"direction": (n_out, n_in), "scale": (n_out,), "bias": (n_out,)}
     expect(
         shapes == wanted,
-        f"cls(5, 3) must register exactly the parameters {wanted}; got {shapes}. "
+        f"cls({n_in}, {n_out}) must register exactly the parameters {wanted}; got {shapes}. "
         "Wrap each tensor in nn.Parameter and assign it as an attribute.",
     )
     start = layer.direction.detach()
     finite_out = not (isinstance(first, torch.Tensor) and first.is_floating_point()) or bool(first.isfinite().all())
     expect(
         bool(start.isfinite().all() and (start.norm(dim=1) > 0).all()) and finite_out,
-        "a new layer must be usable as it is: start direction random (torch.randn(out_features, in_features) "
-        "* in_features ** -0.5, say); a row of zeros has no direction, and dividing it by its norm gives nan",
+        f"a new layer must be usable as it is, whatever its size: WeightNormLinear({n_in}, {n_out}) starts with a "
+        "direction row of zeros (or its output is not finite). Start direction random (torch.randn(out_features, "
+        "in_features) * in_features ** -0.5, say); a row of zeros has no direction, and dividing it by its norm "
+        "gives nan (an identity start, torch.eye(out_features, in_features), has zero rows when out_features > "
+        "in_features)",
     )
-    direction, scale, bias = _randn(3, 5, seed=1), _randn(3, seed=2).abs() + 0.5, _randn(3, seed=3)
+    return layer
+
+
+def _weight_norm_values(layer: nn.Module, x: torch.Tensor, direction, scale, bias) -> torch.Tensor:
+    """Set the layer's parameters, call it on ``x``, compare with the formula; the expected output."""
+    n_out, n_in = direction.shape
     with torch.no_grad():
         layer.direction.copy_(direction)
         layer.scale.copy_(scale)
         layer.bias.copy_(bias)
-    with learner_code("calling your layer on a (4, 5) input", "the error is in your forward"):
+    with learner_code(f"calling WeightNormLinear({n_in}, {n_out}) on a {tuple(x.shape)} input",
+                      "the error is in your forward"):
         y = layer(x)
     expected = _weight_norm_reference(x, direction, scale, bias)
     expect(
-        isinstance(y, torch.Tensor) and y.shape == (4, 3),
-        f"a batch of 4 inputs of width 5 must give shape (4, 3); got {_shape(y)}",
+        isinstance(y, torch.Tensor) and y.shape == expected.shape,
+        f"a batch of {x.shape[0]} inputs of width {n_in} must give shape {tuple(expected.shape)}; got {_shape(y)}",
     )
     expect(
         torch.allclose(y, expected, atol=1e-5),
         "wrong values: W = scale[:, None] * direction / direction.norm(dim=1, keepdim=True) (each row of "
         "direction divided by its own norm), then y = x @ W.T + bias",
     )
+    return expected
+
+
+def _weight_norm_gradients(layer: nn.Module, x: torch.Tensor, direction, scale, bias) -> None:
+    """Every parameter gets a gradient, and the right one; a missing history is named before backward()."""
+    layer.zero_grad(set_to_none=True)
+    with learner_code(f"calling your layer on a {tuple(x.shape)} input", "the error is in your forward"):
+        y = layer(x)
+    expect(
+        isinstance(y, torch.Tensor) and y.grad_fn is not None,
+        "your layer's output has no gradient history (its grad_fn is None): nothing in it reaches autograd, "
+        "so no parameter would ever be trained. Something in forward cut the computation out of autograd: "
+        "torch.no_grad() around it, or .data, .detach() or a torch.tensor(...) copy of every parameter, does that",
+    )
+    with learner_code("back-propagating through your layer", "the error is in your forward"):
+        (y ** 2).sum().backward()
+    leaves = [t.clone().requires_grad_(True) for t in (direction, scale, bias)]
+    (_weight_norm_reference(x, *leaves) ** 2).sum().backward()
+    for name, reference in zip(("direction", "scale", "bias"), leaves, strict=True):
+        grad = getattr(layer, name).grad
+        expect(
+            grad is not None,
+            f"no gradient reached {name!r}: forward must use the parameter itself. Reading "
+            f"self.{name}.data or self.{name}.detach() gives the right numbers but cuts it out of "
+            "autograd, so it is never trained",
+        )
+        expect(
+            torch.allclose(grad, reference.grad, atol=1e-4),
+            f"the gradient of {name!r} is wrong: is part of the computation (e.g. the norm) taken "
+            "under torch.no_grad(), from .data, or detached?",
+        )
+
+
+@exercise("Exercise 1 · A weight-normalized linear layer")
+def check_weight_norm_linear(cls: type[nn.Module]) -> None:
+    """``cls(in_features, out_features)`` with parameters ``direction``, ``scale``, ``bias``.
+
+    ``forward(x) = x @ W.T + bias`` with ``W = scale[:, None] * direction / ‖direction row‖``, and
+    gradients must reach all three parameters (a forward that reads ``.data`` or ``.detach()`` of a
+    parameter computes the right numbers but never trains it), for two sizes (5 → 3, and 2 → 4, wider than
+    long). It runs on any device and dtype.
+    """
+    x = _randn(4, 5, seed=4)
+    layer = _built_weight_norm(cls, 5, 3, x)
+    direction, scale, bias = _randn(3, 5, seed=1), _randn(3, seed=2).abs() + 0.5, _randn(3, seed=3)
+    expected = _weight_norm_values(layer, x, direction, scale, bias)
     with learner_code("calling your layer on a (2, 6, 5) input",
                       "x @ W.T + bias works for any number of leading dimensions: do not flatten or index them"):
         y3 = layer(_randn(2, 6, 5, seed=5))
@@ -108,30 +226,19 @@ def check_weight_norm_linear(cls: type[nn.Module]) -> None:
     expect(
         torch.allclose(scaled, expected, atol=1e-5),
         "scaling direction must not change the output: only its direction counts, its length is "
-        "normalised away",
+        "normalized away",
     )
     with torch.no_grad():
         layer.direction.copy_(direction)
 
-    # Gradients: every parameter gets one, and it is the right one.
-    layer.zero_grad(set_to_none=True)
-    with learner_code("back-propagating through your layer", "the error is in your forward"):
-        (layer(x) ** 2).sum().backward()
-    leaves = [t.clone().requires_grad_(True) for t in (direction, scale, bias)]
-    (_weight_norm_reference(x, *leaves) ** 2).sum().backward()
-    for name, reference in zip(("direction", "scale", "bias"), leaves, strict=True):
-        grad = getattr(layer, name).grad
-        expect(
-            grad is not None,
-            f"no gradient reached {name!r}: forward must use the parameter itself. Reading "
-            f"self.{name}.data or self.{name}.detach() gives the right numbers but cuts it out of "
-            "autograd, so it is never trained",
-        )
-        expect(
-            torch.allclose(grad, reference.grad, atol=1e-4),
-            f"the gradient of {name!r} is wrong: is part of the computation (e.g. the norm) taken "
-            "under torch.no_grad(), from .data, or detached?",
-        )
+    _weight_norm_gradients(layer, x, direction, scale, bias)
+
+    # A second size, wider than it is long (out_features > in_features): values, a usable start, gradients.
+    x2 = _randn(3, 2, seed=6)
+    other = _built_weight_norm(cls, 2, 4, x2)
+    params2 = _randn(4, 2, seed=7), _randn(4, seed=8).abs() + 0.5, _randn(4, seed=9)
+    _weight_norm_values(other, x2, *params2)
+    _weight_norm_gradients(other, x2, *params2)
 
     # Wherever it is moved: float64, and an input on a device other than the default one.
     double = copy.deepcopy(layer).double()
@@ -142,8 +249,8 @@ def check_weight_norm_linear(cls: type[nn.Module]) -> None:
         f"after .double(), a float64 input must give a float64 output; got "
         f"{getattr(y64, 'dtype', type(y64).__name__)}: {_ANY_DEVICE}",
     )
-    with learner_code("calling your layer on a CPU input while the default device is another one", _ANY_DEVICE):
-        with default_device_elsewhere():  # numbers stay on the CPU, as a GPU machine's kernels accept them
+    with learner_code(_AS_ON_A_GPU, _ANY_DEVICE):
+        with _made_elsewhere():
             y_here = layer(x)
     expect(
         isinstance(y_here, torch.Tensor) and y_here.device == x.device and torch.allclose(y_here, expected, atol=1e-5),
@@ -208,8 +315,8 @@ def check_half_fourier(cls: type[nn.Module]) -> None:
                 out.abs().sum().backward()
             expect(x.grad is not None and bool(x.grad.abs().sum() > 0), hint)
     x = _randn(3, 8, seed=60)
-    with learner_code("calling your layer on a CPU input while the default device is another one", _ANY_DEVICE):
-        with default_device_elsewhere():
+    with learner_code(_AS_ON_A_GPU, _ANY_DEVICE):
+        with _made_elsewhere():
             out = layer(x)
     expect(
         isinstance(out, torch.Tensor) and out.device == x.device and out.shape == (3, 4)
@@ -238,14 +345,43 @@ def _built_counting_resets(cls: type[nn.Module], n: int) -> tuple[nn.Module, lis
         return cls(n), calls
 
 
-@exercise("Exercise 3 · A normalisation layer built like the built-in ones")
+def _norm_gradients(mine: nn.Module, reference: nn.Module, ours: tuple, theirs: tuple, mode: str, why: str) -> None:
+    """The gradients of ``weight``, ``bias`` and the input, against ``nn.BatchNorm1d``'s, in ``mode``.
+
+    ``ours`` and ``theirs`` are ``(input leaf, output)``; a missing history is named before ``backward()``."""
+    (leaf, y), (leaf_ref, y_ref) = ours, theirs
+    expect(y.grad_fn is not None,
+           f"in {mode} your layer's output has no gradient history (its grad_fn is None), although its input "
+           "requires grad: nothing reaches autograd, so neither the weights nor anything before the layer would "
+           "be trained. Something in forward cut the computation out of autograd, such as torch.no_grad() "
+           "around it, or .data or .detach() of both the input and the parameters. Gradients flow in eval() "
+           "mode too: fine-tuning with frozen normalization layers back-propagates through them")
+    mine.zero_grad(set_to_none=True)
+    reference.zero_grad(set_to_none=True)
+    g = _randn(*y_ref.shape, seed=30)
+    with learner_code(f"back-propagating through your layer in {mode}", "the error is in your forward"):
+        (y * g).sum().backward()
+    (y_ref * g).sum().backward()
+    for name in ("weight", "bias"):
+        expect(getattr(mine, name).grad is not None,
+               f"in {mode} no gradient reached {name!r}: forward must use the parameter itself, not "
+               f"self.{name}.data or a detached copy")
+        expect(torch.allclose(getattr(mine, name).grad, getattr(reference, name).grad, atol=1e-4),
+               f"in {mode} the gradient of {name!r} is wrong: is part of the computation detached or under "
+               "no_grad?")
+    expect(leaf.grad is not None and torch.allclose(leaf.grad, leaf_ref.grad, atol=1e-4),
+           f"in {mode} the gradient with respect to the input is wrong: {why}")
+
+
+@exercise("Exercise 3 · A normalization layer built like the built-in ones")
 def check_norm1d(cls: type[nn.Module]) -> None:
     """``cls(num_features, momentum=0.1, eps=1e-5, device=None, dtype=None)``, like ``nn.BatchNorm1d``.
 
     Parameters ``weight``/``bias`` and buffers ``running_mean``/``running_var``, all created with the
     factory keywords; ``reset_parameters()`` resets the four in place; the forward pass matches
-    ``nn.BatchNorm1d(num_features, eps, momentum)`` in training and evaluation mode, values and gradients;
-    the output lands on the input's device whatever the default device, and float64 works.
+    ``nn.BatchNorm1d(num_features, eps, momentum)`` in training and evaluation mode: values and gradients at
+    width 4 with momentum=0.3, eps=0.1, values at width 3 with the defaults; the output
+    lands on the input's device whatever the default device, and float64 works.
     """
     n = 4
     kwargs_hint = ("accept device=None, dtype=None and pass them to every tensor you create in __init__ "
@@ -294,7 +430,7 @@ def check_norm1d(cls: type[nn.Module]) -> None:
     held = _norm_tensors(layer)
     with torch.no_grad():
         for t in held.values():
-            t.fill_(7.0)  # what uninitialised memory might hold
+            t.fill_(7.0)  # what uninitialized memory might hold
     with learner_code("calling reset_parameters() after to_empty(device='cpu')", reset_hint):
         layer.reset_parameters()
     now = _norm_tensors(layer)
@@ -316,7 +452,7 @@ def check_norm1d(cls: type[nn.Module]) -> None:
         for module in (mine, reference):
             module.weight.copy_(weight)
             module.bias.copy_(bias)
-    train_hint = ("in training mode normalise with the batch's mean and biased variance (x.var(dim=0, "
+    train_hint = ("in training mode normalize with the batch's mean and biased variance (x.var(dim=0, "
                   "correction=0)), eps inside the square root, then * weight + bias")
     stats_hint = ("update the running statistics as running = (1 - momentum) * running + momentum * batch value "
                   "(running.lerp_(value, momentum)), the variance with correction=1 (unbiased)")
@@ -334,50 +470,51 @@ def check_norm1d(cls: type[nn.Module]) -> None:
                "update the running statistics under torch.no_grad(): otherwise each in-place update records "
                "the batch's graph in the buffer, and the next batches build on it")
         if step == 0:
-            g = _randn(8, n, seed=30)
-            with learner_code("back-propagating through your layer", "the error is in your forward"):
-                (y * g).sum().backward()
-            (y_ref * g).sum().backward()
-            for name in ("weight", "bias"):
-                expect(getattr(mine, name).grad is not None,
-                       f"no gradient reached {name!r}: forward must use the parameter itself, not self.{name}.data "
-                       "or a detached copy")
-                expect(torch.allclose(getattr(mine, name).grad, getattr(reference, name).grad, atol=1e-4),
-                       f"the gradient of {name!r} is wrong: is part of the computation detached or under no_grad?")
-            expect(leaf.grad is not None and torch.allclose(leaf.grad, leaf_ref.grad, atol=1e-4),
-                   "the gradient with respect to the input is wrong: in training mode the batch mean and "
-                   "variance are part of the computation; do not detach them")
+            _norm_gradients(mine, reference, (leaf, y), (leaf_ref, y_ref), "training mode",
+                            "the batch mean and variance are part of the computation; do not detach them")
 
     mine.eval()
     reference.eval()
     frozen = {name: t.clone() for name, t in _norm_tensors(mine).items()}
     xe = _randn(5, n, seed=40) * 2
+    leaf, leaf_ref = xe.clone().requires_grad_(True), xe.clone().requires_grad_(True)
     with learner_code("calling your layer in eval() mode on a (5, 4) batch", _NORM_SHAPES):
-        ye = mine(xe)
-    expect(_shape(ye) == (5, n) and torch.allclose(ye, reference(xe), atol=1e-5),
-           "in eval() mode (self.training is False) normalise with running_mean and running_var, not the "
+        ye = mine(leaf)
+    ye_ref = reference(leaf_ref)
+    expect(_shape(ye) == (5, n) and torch.allclose(ye, ye_ref, atol=1e-5),
+           "in eval() mode (self.training is False) normalize with running_mean and running_var, not the "
            "batch's statistics, and with eps inside the square root as in training: "
            "(x - running_mean) / sqrt(running_var + eps)")
     expect(all(torch.equal(t, frozen[name]) for name, t in _norm_tensors(mine).items()),
            "in eval() mode the running statistics must not change")
+    _norm_gradients(mine, reference, (leaf, ye), (leaf_ref, ye_ref), "eval() mode",
+                    "in eval() mode the output is (x - running_mean) / sqrt(running_var + eps) * weight + bias, "
+                    "and the gradient flows through it as through any computation")
 
-    # The defaults: Norm1d(n) is nn.BatchNorm1d(n). A small variance makes eps count, an offset the momentum.
-    xd = _randn(8, n, seed=42) * 0.1 + 1.0
-    with learner_code(f"calling Norm1d({n}), built without momentum or eps, on an (8, 4) batch", _NORM_SHAPES):
-        yd = fresh(xd)
-    default = nn.BatchNorm1d(n)
-    expect(_shape(yd) == (8, n) and torch.allclose(yd, default(xd), atol=1e-5)
-           and torch.allclose(fresh.running_mean, default.running_mean, atol=1e-6)
-           and torch.allclose(fresh.running_var, default.running_var, atol=1e-6),
-           f"Norm1d({n}), built without momentum or eps, must compute what nn.BatchNorm1d({n}) does: keep the "
-           "defaults the task gives, momentum=0.1 and eps=1e-5")
+    # The defaults, on a second width: Norm1d(3) is nn.BatchNorm1d(3), in training and in eval() mode. A small
+    # variance makes eps count, an offset the momentum.
+    m = 3
+    with learner_code(f"building Norm1d({m})", build_hint):
+        narrow = cls(m)
+    default = nn.BatchNorm1d(m)
+    defaults_hint = (f"Norm1d({m}), built without momentum or eps, must compute what nn.BatchNorm1d({m}) does: "
+                     "keep the defaults the task gives, momentum=0.1 and eps=1e-5")
+    for mode in ("training", "eval"):
+        narrow.train(mode == "training")
+        default.train(mode == "training")
+        xd = _randn(8, m, seed=42) * 0.1 + 1.0
+        with learner_code(f"calling Norm1d({m}) in {mode} mode on an (8, {m}) batch", _NORM_SHAPES):
+            yd = narrow(xd)
+        expect(_shape(yd) == (8, m) and torch.allclose(yd, default(xd), atol=1e-5)
+               and torch.allclose(narrow.running_mean, default.running_mean, atol=1e-6)
+               and torch.allclose(narrow.running_var, default.running_var, atol=1e-6), defaults_hint)
 
     # Wherever it runs: on the input's device whatever the default device, and in float64.
     mine.train()
     reference.train()
     xh = _randn(8, n, seed=45)
-    with learner_code("calling your layer on a CPU input while the default device is another one", _ANY_DEVICE):
-        with default_device_elsewhere():
+    with learner_code(_AS_ON_A_GPU, _ANY_DEVICE):
+        with _made_elsewhere():
             y_here = mine(xh)
     expect(isinstance(y_here, torch.Tensor) and y_here.device == xh.device
            and torch.allclose(y_here, reference(xh), atol=1e-5),
