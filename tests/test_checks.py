@@ -188,3 +188,28 @@ def test_a_failing_check_names_its_own_file_and_line():
     assert failed.value.where == f"tests/test_checks.py, line {call_line}"
     # the hints the catalogues assert are unchanged: no line numbers in them
     assert outcome(check_positive, lambda x: -x) == ("failed", "Ex · positive: not yet. return a positive number")
+
+
+def test_same_device_refuses_what_cuda_refuses_and_lets_through_what_it_accepts():
+    """Meta inputs stand in for GPU inputs and the CPU for the default device (chapters 06 and 07)."""
+    from utils.checks import same_device
+
+    data = torch.zeros(3, 2, device="meta")
+    index = torch.tensor([[0, 1], [2, 0]])
+    with same_device("x"):
+        assert (data * torch.tensor(2.0)).is_meta  # a CPU number: CUDA accepts it
+        assert data[torch.tensor([2, 0])].shape == (2, 2)  # a CPU index for data elsewhere: CUDA moves it
+        assert torch.ones(2).to(data.device).is_meta  # conversions move data on purpose
+        with pytest.raises(ExerciseFailed, match=r"scatter_add_\(\) got tensors on x.device and on the default"):
+            data.scatter_add_(0, index.to("meta"), torch.ones(2, 2))  # the meta kernel alone would run it
+        with pytest.raises(ExerciseFailed, match="indexed with a tensor on x.device"):
+            torch.zeros(3)[torch.tensor([0], device="meta")]  # CPU data, index elsewhere: CUDA refuses
+    with same_device("x", hint="the chapter's own advice"), pytest.raises(ExerciseFailed) as refused:
+        data + torch.ones(3, 2)
+    assert str(refused.value).endswith(": the chapter's own advice")
+    with same_device("x"), pytest.raises(ExerciseFailed) as refused:
+        data + torch.ones(3, 2)
+    assert "x.new_zeros(...)" in str(refused.value)
+    assert (data + torch.ones(3, 2, device="meta")).is_meta  # outside the block: nothing is checked
+    with pytest.raises(TypeError):
+        same_device("")

@@ -17,7 +17,6 @@ from unittest import mock
 import pytest
 import torch
 
-from tools import kernel_server
 from utils import devices, doctor
 from utils.doctor import Accelerator, Facts, advice, gather, render
 from utils.fake_gpus import fake_gpus
@@ -72,10 +71,26 @@ def test_cpu_only_build_on_a_machine_with_an_nvidia_gpu():
     assert len(tips) == 1
     tip = tips[0]
     assert "An NVIDIA GPU is present (nvidia-smi found / /proc/driver/nvidia exists)" in tip
-    assert "CPU-only build" in tip and "torch==2.13.0 " in tip  # the release, without "+cpu"
-    assert "--index-url https://download.pytorch.org/whl/cu" in tip
+    # A CPU-only build knows no CUDA version (torch.version.cuda is None): no guessed wheel index, but
+    # PyTorch's install selector.
+    assert "CPU-only build: reinstall" in tip and "https://pytorch.org/get-started/locally/" in tip
+    assert "--index-url" not in tip and "cu126" not in tip
     assert "No GPU found" not in " ".join(tips)
     assert "NVIDIA driver         nvidia-smi found / /proc/driver/nvidia exists" in render(facts)
+
+
+@pytest.mark.parametrize(("cuda", "index"), [("13.0", "cu130"), ("12.6", "cu126"), ("12.8.1", "cu128")])
+def test_reinstall_command_follows_the_cuda_version(cuda, index):
+    facts = replace(LAPTOP, cuda=cuda, nvidia_evidence=("nvidia-smi found",))
+    tip = advice(facts)[0]
+    assert f"`pip install --force-reinstall torch==2.13.0 --index-url https://download.pytorch.org/whl/{index}`" in tip
+    assert "get-started" not in tip
+
+
+@pytest.mark.parametrize("cuda", [None, "", "thirteen"])
+def test_reinstall_without_a_known_cuda_version_points_to_the_selector(cuda):
+    tip = advice(replace(LAPTOP, cuda=cuda, nvidia_evidence=("nvidia-smi found",)))[0]
+    assert "install selector (https://pytorch.org/get-started/locally/)" in tip and "--index-url" not in tip
 
 
 def test_cpu_only_build_on_a_machine_with_an_amd_gpu():
@@ -334,8 +349,7 @@ def test_gather_runs_no_program(gpus):
 
 def test_command_runs_and_exits_0_without_nvidia_smi():
     env = {**os.environ, "PATH": os.path.dirname(sys.executable)}  # no nvidia-smi on this PATH
-    # `python -m utils.doctor`, forked from the test run's kernel server where there is one (torch imported)
-    result = subprocess.run([*kernel_server.python_argv(), "-m", "utils.doctor"], cwd=ROOT, env=env,
+    result = subprocess.run([sys.executable, "-m", "utils.doctor"], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert f"torch                 {torch.__version__}" in result.stdout

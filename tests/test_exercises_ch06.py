@@ -1,5 +1,5 @@
 """Chapter 06's checks: a catalogue of plausible wrong answers per exercise, each with the hint it gets,
-right answers written differently from the notebook's reference, and the helpers the chapter uses."""
+and right answers written differently from the notebook's reference."""
 
 from __future__ import annotations
 
@@ -12,18 +12,7 @@ import torch
 from torch import nn
 
 from utils.checks import outcome
-from utils.exercises.ch06 import (
-    ALLOCATOR_BLOCK,
-    adam_step_peak,
-    allocator_block_bytes,
-    allocator_segment_bytes,
-    check_movable,
-    check_noise,
-    check_training_bytes,
-    strays,
-)
-
-MiB = 2**20
+from utils.exercises.ch06 import check_movable, check_noise, check_training_bytes
 
 
 def judged(check, answer, *args):
@@ -51,10 +40,10 @@ class BufferAndSequential(nn.Module):
         return self.net(x.sub(self.mean).div(self.std))
 
 
-class NestedNormaliser(nn.Module):
+class NestedNormalizer(nn.Module):
     """The constants live in a sub-module of their own; the layers in an nn.ModuleDict."""
 
-    class Normalise(nn.Module):
+    class Normalize(nn.Module):
         def __init__(self, mean, std):
             super().__init__()
             for name, value in (("mean", mean), ("std", std)):
@@ -65,7 +54,7 @@ class NestedNormaliser(nn.Module):
 
     def __init__(self, mean, std, widths):
         super().__init__()
-        self.norm = self.Normalise(mean, std)
+        self.norm = self.Normalize(mean, std)
         self.layers = nn.ModuleDict({f"fc{i}": nn.Linear(a, b) for i, (a, b) in enumerate(pairwise(widths))})
 
     def forward(self, x):
@@ -148,8 +137,15 @@ class AliasesOfRegisteredLayers(ReverseLoop):
         return self.out(x)
 
 
-RIGHT_MOVABLE = [BufferAndSequential, NestedNormaliser, ReverseLoop, RowBuffers, OutputLayerFirst, ActivationsInAList,
-                 AliasesOfRegisteredLayers]
+class FloorWithCpuNumber(ReverseLoop):
+    """std floored with a 0-dim CPU tensor: a number, which CUDA accepts next to GPU tensors."""
+
+    def forward(self, x):
+        return super().forward(x * torch.maximum(self.std, torch.tensor(1e-6)) / self.std)
+
+
+RIGHT_MOVABLE = [BufferAndSequential, NestedNormalizer, ReverseLoop, RowBuffers, OutputLayerFirst, ActivationsInAList,
+                 AliasesOfRegisteredLayers, FloorWithCpuNumber]
 
 
 # Wrong answers, starting from the notebook's Standardize (the module to fix).
@@ -189,7 +185,7 @@ class TupleOfLayers(ReverseLoop):
         self.fcs = fcs
 
 
-class DictOfLayers(NestedNormaliser):
+class DictOfLayers(NestedNormalizer):
     def __init__(self, mean, std, widths):
         super().__init__(mean, std, widths)
         layers = dict(self.layers)
@@ -338,7 +334,7 @@ class RegisteredOverPlain(nn.Module):
         self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in pairwise(widths))
 
 
-class StandardisesInPlace(ReverseLoop):
+class StandardizesInPlace(ReverseLoop):
     def forward(self, x):
         x -= self.mean
         x /= self.std
@@ -349,7 +345,72 @@ class StandardisesInPlace(ReverseLoop):
         return x
 
 
+class StackedBuffer(ReverseLoop):
+    """One persistent (2, D) buffer holding mean and std: moved and saved, but not the two buffers asked for."""
+
+    def __init__(self, mean, std, widths):
+        nn.Module.__init__(self)
+        self.fcs = nn.ModuleList(nn.Linear(a, b) for a, b in pairwise(widths))
+        self.register_buffer("stats", torch.stack([mean, std]))
+
+    @property  # ReverseLoop.forward standardizes with self.mean and self.std
+    def mean(self):
+        return self.stats[0]
+
+    @property
+    def std(self):
+        return self.stats[1]
+
+
+class StackedNotSaved(StackedBuffer):
+    """The same (2, D) stack as a non-persistent buffer."""
+
+    def __init__(self, mean, std, widths):
+        super().__init__(mean, std, widths)
+        stats = self.stats
+        del self.stats
+        self.register_buffer("stats", stats, persistent=False)
+
+
+class IdentityMadeOnTheCpu(ReverseLoop):
+    """Multiplies the input by an identity matrix made on the CPU (in the input's dtype): meta runs the product
+    and returns a meta tensor, CUDA refuses it."""
+
+    def forward(self, x):
+        return super().forward(x @ torch.eye(x.shape[-1], dtype=x.dtype))
+
+
+class ThreeLayersByHand(ReverseLoop):
+    """A forward written for exactly three layers."""
+
+    def forward(self, x):
+        x = (x - self.mean) / self.std
+        x = torch.relu(self.fcs[0](x))
+        x = torch.relu(self.fcs[1](x))
+        return self.fcs[2](x)
+
+
+class EpsilonAttribute(ReverseLoop):
+    """A 0-dim epsilon kept as a plain attribute: CUDA would accept it from the CPU, but the task asks that
+    .to() move every tensor the module uses (and .to(torch.float64) convert it)."""
+
+    def __init__(self, mean, std, widths):
+        super().__init__(mean, std, widths)
+        self.eps = torch.tensor(0.0)
+
+    def forward(self, x):
+        return super().forward(x + self.eps)
+
+
 WRONG_MOVABLE = [
+    (EpsilonAttribute, ".to() right after construction leaves eps (plain tensor attribute) behind: use "
+                       "self.register_buffer(name, tensor)."),
+    (StackedBuffer, "mean and std are stacked into one tensor, stats of shape (2, 4): the task asks for each in a "
+                    "buffer of its own, self.register_buffer('mean', mean) and self.register_buffer('std', std)"),
+    (StackedNotSaved, "mean and std are stacked into one tensor, stats of shape (2, 4)"),
+    (IdentityMadeOnTheCpu, "matmul() got tensors on x.device and on the default device (the CPU); on a GPU it stops"),
+    (IdentityMadeOnTheCpu, "created inside forward without device=x.device (torch.eye(n)"),
+    (ThreeLayersByHand, "calling the model on a (5, 3) batch"),
     (Standardize, "cannot see inside layers (list of modules or tensors)"),
     (LayersFixedOnly, "leaves mean (plain tensor attribute), std (plain tensor attribute) behind"),
     (PlainStdOnly, "leaves std (plain tensor attribute) behind"),
@@ -372,7 +433,7 @@ WRONG_MOVABLE = [
     (CastsToFloat32, "x.float(), or a tensor made without dtype=x.dtype, is float32"),
     (OnesOnTheDeviceInFloat32, "x.float(), or a tensor made without dtype=x.dtype, is float32"),
     (RegisteredOverPlain, "drop the plain assignment (self.mean = mean)"),
-    (StandardisesInPlace, "forward changed its input in place"),
+    (StandardizesInPlace, "forward changed its input in place"),
 ]
 
 
@@ -391,7 +452,7 @@ def test_movable_rejects(wrong, hint):
 
 def test_movable_hint_does_not_quote_torch_for_a_device_error():
     _, message = outcome(check_movable, OnesCreatedInForward)
-    assert "RuntimeError (tensors on two devices)" in message and "expected device" not in message
+    assert "got tensors on x.device and on the default device" in message and "expected device" not in message
 
 
 def test_bad_device_argument_is_the_callers_error():
@@ -444,7 +505,27 @@ class SigmaBuffer(nn.Module):
         return x
 
 
-RIGHT_NOISE = [AddWithAlpha, FilledInPlace, SigmaBuffer]
+class SigmaAsCpuNumber(nn.Module):
+    """sigma kept as a 0-dim CPU tensor (a plain attribute): a number, which CUDA accepts next to GPU tensors."""
+
+    def __init__(self, sigma):
+        super().__init__()
+        self.sigma = torch.tensor(sigma)
+
+    def forward(self, x):
+        return x + self.sigma * torch.randn_like(x) if self.training else x
+
+
+class ShuffledNoise(SigmaAsCpuNumber):
+    """The noise's last dimension shuffled with a CPU index tensor: indexing with CPU indices works on CUDA."""
+
+    def forward(self, x):
+        if not self.training:
+            return x
+        return x + self.sigma.item() * torch.randn_like(x)[..., torch.randperm(x.shape[-1])]
+
+
+RIGHT_NOISE = [AddWithAlpha, FilledInPlace, SigmaBuffer, SigmaAsCpuNumber, ShuffledNoise]
 
 
 class Noise(nn.Module):
@@ -601,7 +682,15 @@ class OwnCpuGeneratorInPlace(OwnCpuGenerator):
         return x + torch.empty_like(x).normal_(0, self.sigma, generator=self.generator) if self.training else x
 
 
+class HardCodedSigma(Noise):
+    def forward(self, x):
+        return x + 0.5 * torch.randn_like(x) if self.training else x
+
+
 WRONG_NOISE = [
+    (HardCodedSigma, "the noise has std 0.5"),
+    (HardCodedSigma, "for sigma=2.0, the same as for sigma=0.5: forward does not use the sigma given to the "
+                     "constructor"),
     (NoiseOnDefaultDevice, "created inside forward without device=x.device"),
     (NormalOnDefaultDevice, "created inside forward without device=x.device"),
     (ToWithoutKeeping, "created inside forward without device=x.device"),
@@ -748,7 +837,14 @@ def adam_state_in_float32(model):  # Adam's averages taken as 4 bytes whatever t
     return sum(2 * p.nbytes + 8 * p.numel() if p.requires_grad else p.nbytes for p in model.parameters())
 
 
+def walks_children_only(model):  # one level of the tree: a bare layer has no children
+    params = {id(p): p for child in model.children() for p in child.parameters(recurse=False)}.values()
+    return sum((4 if p.requires_grad else 1) * p.nbytes for p in params)
+
+
 WRONG_BYTES = [
+    (walks_children_only, "for a bare nn.Linear(5, 3) layer: 0 bytes"),
+    (walks_children_only, "the count reads only the parameters of the model's direct children"),
     (sixteen_bytes_each, "for the same MLP with its first layer frozen: 1056 bytes"),
     (assumes_float32, "each number takes its dtype's size"),
     (ignores_frozen, "frozen parameters (requires_grad=False) get no gradient and no Adam state"),
@@ -855,87 +951,3 @@ def test_a_module_without_forward_is_explained():
 
     verdict, message = outcome(check_noise, Misspelt)
     assert verdict == "failed" and "spelling" in message
-
-
-# --- helpers used by the chapter ----------------------------------------------------------------------
-
-
-def test_strays():
-    inner = nn.Module()
-    inner.scale = torch.ones(2)
-    outer = nn.Sequential(nn.Linear(2, 2))
-    outer.block = inner
-    outer.helpers = [nn.LayerNorm(2)]  # a module with tensors of its own, which .to() does not see
-    outer.activations = [nn.ReLU()]  # no tensor to move: fine
-    outer.aliases = {"first": outer[0]}  # a second name for a registered module, which .to() moves: fine
-    outer.sizes = (1, 2)  # not tensors: fine
-    outer._cache = torch.zeros(2)  # an underscore does not hide it
-    outer.register_buffer("fine", torch.zeros(1))
-    assert strays(outer) == [
-        "helpers (list of modules or tensors)",
-        "_cache (plain tensor attribute)",
-        "block.scale (plain tensor attribute)",
-    ]
-    assert strays(nn.Linear(2, 2)) == []
-    assert strays(nn.BatchNorm1d(3)) == []
-    with pytest.raises(TypeError, match="module"):
-        strays([nn.Linear(2, 2)])
-
-
-@pytest.mark.parametrize(
-    ("nbytes", "block", "segment"),
-    [
-        (0, 0, 0),
-        (1, 512, 2 * MiB),
-        (512, 512, 2 * MiB),
-        (513, 1024, 2 * MiB),
-        (4000, 4096, 2 * MiB),
-        (MiB, MiB, 2 * MiB),
-        (MiB + 1, MiB + 512, 20 * MiB),
-        (10 * MiB - 512, 10 * MiB - 512, 20 * MiB),
-        (10 * MiB, 10 * MiB, 10 * MiB),
-        (100 * MiB + 4, 100 * MiB + 512, 102 * MiB),
-    ],
-)
-def test_allocator_rounding(nbytes, block, segment):
-    assert allocator_block_bytes(nbytes) == block
-    assert allocator_segment_bytes(nbytes) == segment
-    assert block % ALLOCATOR_BLOCK == 0 and nbytes <= block < nbytes + ALLOCATOR_BLOCK
-
-
-def test_allocator_bad_input_is_named():
-    with pytest.raises(ValueError, match="nbytes"):
-        allocator_block_bytes(-1)
-    with pytest.raises(TypeError, match="nbytes"):
-        allocator_segment_bytes(1.5)
-
-
-def test_adam_step_peak_counts_five_tensors_per_parameter():
-    # The chapter's GPU model: Linear(1024, 4096) -> ReLU -> Linear(4096, 1024), a batch of 256.
-    numels = [4096 * 1024, 4096, 1024 * 4096, 1024]
-    batch = [256 * 1024 * 4, 256 * 8]
-    peak = adam_step_peak(numels, 4, batch)
-    params = 4 * sum(numels)  # every size is a multiple of 512 bytes: no rounding
-    assert peak == {
-        "parameters": params,
-        "gradients": params,
-        "Adam state": 2 * params,
-        "Adam's temporary": params,
-        "others": 256 * 1024 * 4 + 2048,
-    }
-    assert sum(peak.values()) == 5 * params + 256 * 1024 * 4 + 2048
-    # Forgetting any of the four parameter-sized terms moves the total by at least 32 MiB, far more
-    # than the 8 MiB the chapter's GPU cell allows for the allocator's leftovers.
-    assert min(peak[k] for k in ("parameters", "gradients", "Adam's temporary")) > 32 * MiB - 1
-    # Rounding: a 3-number float32 bias books a 512-byte block in each of the five roles.
-    assert sum(adam_step_peak([3]).values()) == 5 * 512
-    assert adam_step_peak([3], element_size=8)["Adam state"] == 2 * 512
-
-
-def test_adam_step_peak_bad_input_is_named():
-    with pytest.raises(ValueError, match="element_size"):
-        adam_step_peak([3], element_size=0)
-    with pytest.raises(TypeError, match=r"param_numels\[i\]"):
-        adam_step_peak([3.0])
-    with pytest.raises(ValueError, match=r"others\[i\]"):
-        adam_step_peak([3], others=[-1])

@@ -1,4 +1,4 @@
-"""Importing the helpers is cheap, never initialises CUDA, and loads heavy libraries only on use.
+"""Importing the helpers is cheap, never initializes CUDA, and loads heavy libraries only on use.
 
 "Cheap" is checked by what the import loads, not by a stopwatch (a busy machine must not fail the
 suite): on top of torch, `import utils` may load its own three small modules and nothing else. Measure
@@ -24,7 +24,7 @@ after_utils = sorted(m for m in sys.modules if m.startswith("utils."))
 import utils.checkpoint, utils.doctor, utils.index_explorer, utils.init_explorer, utils.placement, utils.timing
 heavy = sorted({"matplotlib", "ipywidgets", "torch.utils.benchmark"} & set(sys.modules))
 print(json.dumps({"import_ms": import_ms, "new": new, "after_utils": after_utils, "heavy": heavy,
-                  "cuda_initialised": torch.cuda.is_initialized()}))
+                  "cuda_initialized": torch.cuda.is_initialized()}))
 """
 
 
@@ -41,4 +41,4 @@ def test_import_is_cheap_lazy_and_leaves_cuda_alone():
     assert first["after_utils"] == ["utils._validate", "utils.checks", "utils.devices"]
     # The sub-modules import matplotlib, ipywidgets and torch.utils.benchmark only when used.
     assert first["heavy"] == []
-    assert first["cuda_initialised"] is False
+    assert first["cuda_initialized"] is False

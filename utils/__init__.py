@@ -2,7 +2,7 @@
 
 ``from utils import try_gpu, try_all_gpus`` works from any folder once the project is installed
 (``pip install -r requirements.txt`` installs it in editable mode). Importing this package is cheap
-and never initialises CUDA: heavier helpers live in sub-modules that load on first use.
+and never initializes CUDA: heavier helpers live in sub-modules that load on first use.
 """
 
 from utils.checks import ExerciseFailed, exercise, expect, learner_code, outcome, rejection

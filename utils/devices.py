@@ -17,7 +17,7 @@ MPS. On a Mac, ``try_gpu()`` therefore returns ``mps:0``. Other accelerator type
 are ignored. ``try_all_gpus()`` never returns an empty list: with no GPU it returns ``[cpu]``, so
 ``for d in try_all_gpus()`` and ``devices[0]`` always work.
 
-Nothing here initialises CUDA: counting devices goes through ``torch.accelerator.device_count()``,
+Nothing here initializes CUDA: counting devices goes through ``torch.accelerator.device_count()``,
 which reads the driver without creating a context.
 
 Used by every chapter's setup cell (``try_gpu``, ``check_torch_version``), by the GPU-only cells of

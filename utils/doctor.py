@@ -11,7 +11,7 @@ Two steps, kept apart so that tests and the chapter can feed simulated machines 
   looks whether it is on the ``PATH``);
 * :func:`advice` and :func:`render` turn any :class:`Facts` into advice and a readable report.
 
-Only :func:`gather` touches the hardware. On a machine with a GPU it initialises CUDA (to read device
+Only :func:`gather` touches the hardware. On a machine with a GPU it initializes CUDA (to read device
 names and memory), which is why this module is not imported by ``utils/__init__.py``. Which devices count
 as GPUs, and which one the course picks, come from :mod:`utils.devices` (``GPU_TYPES``, ``gpu_type``,
 ``num_gpus``, ``try_gpu``), so the doctor and the notebooks cannot disagree.
@@ -24,9 +24,9 @@ machines) and the course map (chapter 00), which points learners to the command;
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import platform
+import re
 import shutil
 import sys
 import textwrap
@@ -254,6 +254,24 @@ def _check_facts(facts: object) -> Facts:
     return facts
 
 
+def _cuda_wheels(cuda: str | None) -> str | None:
+    """The index of PyTorch's wheels for CUDA ``cuda`` (``'13.0'`` -> ``.../whl/cu130``); ``None`` if unknown."""
+    match = re.fullmatch(r"(\d+)\.(\d+)(\.\d+)*", cuda or "")
+    return f"{_WHEELS}cu{match[1]}{match[2]}" if match else None
+
+
+def _cuda_reinstall(f: Facts) -> str:
+    """How to install a CUDA build of this torch release: the exact command where the CUDA version is known
+    (``Facts.cuda``, from ``torch.version.cuda``), else PyTorch's install selector."""
+    index = _cuda_wheels(f.cuda)
+    if index:
+        return f"e.g. `pip install --force-reinstall torch=={_release(f.torch)} --index-url {index}`"
+    return (
+        f"with the command that PyTorch's install selector ({_INSTALL_PAGE}) gives for your system; choose a "
+        "CUDA version your driver supports (`nvidia-smi` shows the newest it supports)"
+    )
+
+
 def _release(version: str) -> str:
     """``'2.13.0+cpu'`` -> ``'2.13.0'``."""
     return version.split("+", 1)[0]
@@ -300,9 +318,7 @@ def advice(facts: Facts) -> list[str]:
     if f.build == "CPU" and f.nvidia_evidence:
         tips.append(
             f"An NVIDIA GPU is present ({' / '.join(f.nvidia_evidence)}) but this torch ({f.torch}) is a "
-            "CPU-only build: reinstall with a CUDA build, e.g. `pip install --force-reinstall "
-            f"torch=={_release(f.torch)} --index-url {_WHEELS}cu126` (replace cu126 with the CUDA tag "
-            f"that {_INSTALL_PAGE} lists for your system and driver)."
+            f"CPU-only build: reinstall with a CUDA build, {_cuda_reinstall(f)}."
         )
     if f.build == "CPU" and f.amd_evidence:
         tips.append(
@@ -425,6 +441,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    status = main()
-    gc.freeze()  # about to exit: spares Python's final garbage collection a walk over all of torch (~0.4 s)
-    sys.exit(status)
+    sys.exit(main())

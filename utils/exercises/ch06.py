@@ -1,13 +1,14 @@
-"""Checks and helpers for chapter 06 · GPU placement and device pitfalls.
+"""Checks for chapter 06 · GPU placement and device pitfalls.
 
 Every check runs on the CPU: the ``meta`` device (shapes and dtypes, no data) stands in for a second
-device, and dtype conversion shows what ``.to()`` reaches. The checks of exercises 1 and 2 also take the
-notebook's ``device`` and run the answer there, so on a GPU machine the answer is tried on the GPU too.
-
-The chapter's cells use three helpers from here, and ``tests/test_exercises_ch06.py`` checks them on the
-CPU: :func:`strays` (what ``.to()`` cannot reach), :func:`allocator_block_bytes` and
-:func:`allocator_segment_bytes` (the CUDA caching allocator's rounding rules), and :func:`adam_step_peak`
-(what one foreach Adam step holds at its peak, the formula of the chapter's GPU memory cell).
+device, and dtype conversion shows what ``.to()`` reaches. Meta is more lenient than CUDA: it runs matrix
+products, convolutions, ``embedding``, ``gather`` and ``scatter_add_`` with a CPU operand without a word,
+so the answer's calls on meta inputs run under :func:`utils.checks.same_device`, which refuses what CUDA
+refuses (and accepts what it accepts: a 0-dim CPU number, a CPU index tensor for indexing). The checks
+of exercises 1 and 2 also take the notebook's ``device`` and run the answer there, so on a GPU machine
+the answer is tried on the GPU too.
+The chapter's own helpers (:func:`utils.placement.strays`, the allocator's rounding rules) live in
+:mod:`utils.placement`.
 """
 
 from __future__ import annotations
@@ -17,151 +18,19 @@ import copy
 import functools
 import numbers
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from utils._validate import check_int
-from utils.checks import ExerciseFailed, exercise, expect, learner_code
+from utils.checks import ExerciseFailed, exercise, expect, learner_code, same_device
+from utils.placement import _is_plain_tensor, _own_attributes, strays
 
-__all__ = [
-    "ALLOCATOR_BLOCK",
-    "adam_step_peak",
-    "allocator_block_bytes",
-    "allocator_segment_bytes",
-    "check_movable",
-    "check_noise",
-    "check_training_bytes",
-    "strays",
-]
+__all__ = ["check_movable", "check_noise", "check_training_bytes"]
 
 META = torch.device("meta")
 CPU = torch.device("cpu")
-MiB = 2**20
-
-# --- helpers the chapter uses -----------------------------------------------------------------------
-
-
-@functools.cache
-def _module_internals() -> frozenset[str]:
-    """The attributes every ``nn.Module`` keeps in its ``__dict__`` (registries of parameters, hooks...)."""
-    return frozenset(vars(nn.Module()))
-
-
-def strays(module: nn.Module) -> list[str]:
-    """Attributes that ``module.to()`` cannot reach: plain tensors and containers of modules or tensors.
-
-    Walks every registered sub-module and returns names such as ``'mean (plain tensor attribute)'`` or
-    ``'block.layers (list of modules or tensors)'``, in the order the attributes were set. An empty list
-    means ``.to()`` moves everything the modules hold as attributes. ``nn.Module``'s own registries
-    (``_parameters``, ``_buffers``, ``_modules``, the hooks) are not strays; a learner's ``self._mean``
-    is. A container whose modules are all registered anyway (a second name for them) or hold no tensor
-    (``nn.ReLU()``) is not a stray either: ``.to()`` moves modules in place and misses nothing there.
-    """
-    if not isinstance(module, nn.Module):
-        raise TypeError(f"module must be an nn.Module, got {type(module).__name__}")
-    registered = {id(m) for m in module.modules()}
-
-    def missed(value: object) -> bool:
-        if isinstance(value, torch.Tensor):  # even a registered buffer's alias: .to() replaces the buffer
-            return True
-        # .to() moves a registered module in place, so a second name for it is fine; so is a module that
-        # holds no tensor at all (an nn.ReLU)
-        return isinstance(value, nn.Module) and id(value) not in registered and any(
-            True for _ in (*value.parameters(), *value.buffers()))
-
-    found = []
-    for where, value in _own_attributes(module):
-        if _is_plain_tensor(value):
-            found.append(f"{where} (plain tensor attribute)")
-        elif isinstance(value, (list, tuple, set, frozenset, dict)):
-            items = value.values() if isinstance(value, dict) else value
-            if any(missed(v) for v in items):
-                found.append(f"{where} ({type(value).__name__} of modules or tensors)")
-    return found
-
-
-def _own_attributes(module: nn.Module) -> Iterator[tuple[str, object]]:
-    """``(dotted name, value)`` of the attributes set on every sub-module, ``nn.Module``'s registries left out."""
-    internal = _module_internals()
-    for prefix, sub in module.named_modules():
-        for name, value in vars(sub).items():
-            if name not in internal:
-                yield (f"{prefix}.{name}" if prefix else name), value
-
-
-def _is_plain_tensor(value: object) -> bool:
-    return isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter)
-
-
-#: The CUDA caching allocator rounds every request up to a multiple of this many bytes.
-ALLOCATOR_BLOCK = 512
-_SMALL_REQUEST = 1 * MiB  # requests up to 1 MiB share 2 MiB segments ("small pool")
-_SMALL_SEGMENT = 2 * MiB
-_MEDIUM_REQUEST = 10 * MiB  # requests below 10 MiB get a 20 MiB segment
-_MEDIUM_SEGMENT = 20 * MiB
-_LARGE_ROUNDING = 2 * MiB  # larger requests get a segment of their own, rounded up to 2 MiB
-
-
-def allocator_block_bytes(nbytes: int) -> int:
-    """What ``torch.cuda.memory_allocated()`` grows by when a tensor of ``nbytes`` bytes is created.
-
-    The caching allocator rounds each request up to a multiple of :data:`ALLOCATOR_BLOCK` (512) bytes;
-    an empty tensor allocates nothing. These are the defaults: ``PYTORCH_CUDA_ALLOC_CONF`` can change
-    them (``roundup_power2_divisions``, ``expandable_segments``).
-
-    >>> allocator_block_bytes(4), allocator_block_bytes(512), allocator_block_bytes(513)
-    (512, 512, 1024)
-    """
-    nbytes = check_int(nbytes, "nbytes")
-    return -(-nbytes // ALLOCATOR_BLOCK) * ALLOCATOR_BLOCK
-
-
-def allocator_segment_bytes(nbytes: int) -> int:
-    """What ``torch.cuda.memory_reserved()`` grows by for a request of ``nbytes`` that the cache cannot serve.
-
-    The allocator then asks the driver (``cudaMalloc``) for a whole segment and keeps the rest of it for
-    later requests: 2 MiB for requests up to 1 MiB, 20 MiB for requests below 10 MiB, and for larger
-    ones the request rounded up to a multiple of 2 MiB. Defaults, as for :func:`allocator_block_bytes`.
-
-    >>> allocator_segment_bytes(4) // 2**20, allocator_segment_bytes(3 * 2**20) // 2**20
-    (2, 20)
-    """
-    size = allocator_block_bytes(nbytes)
-    if size == 0:
-        return 0
-    if size <= _SMALL_REQUEST:
-        return _SMALL_SEGMENT
-    if size < _MEDIUM_REQUEST:
-        return _MEDIUM_SEGMENT
-    return -(-size // _LARGE_ROUNDING) * _LARGE_ROUNDING
-
-
-def adam_step_peak(param_numels: Iterable[int], element_size: int = 4, others: Iterable[int] = ()) -> dict[str, int]:
-    """Bytes allocated at the peak of one ``torch.optim.Adam(..., foreach=True)`` step, term by term.
-
-    ``param_numels`` are the sizes of the trainable parameters, ``element_size`` their bytes per number,
-    ``others`` the byte sizes of other tensors alive during the step (the batch). At the peak, inside
-    ``optimizer.step()``, every parameter has its value, its gradient, Adam's two running averages and
-    the temporary ``sqrt(exp_avg_sq)`` that the foreach implementation computes for all parameters at
-    once: five tensors of its size, each rounded by :func:`allocator_block_bytes`. Activations are
-    already freed by then (``backward`` released them). Returns ``{"parameters", "gradients",
-    "Adam state", "Adam's temporary", "others"}``; the peak is the sum. Not counted here: what the
-    process held before (the cuBLAS workspace among it), which the chapter measures as a baseline.
-    """
-    element_size = check_int(element_size, "element_size", 1)
-    numels = [check_int(n, "param_numels[i]") for n in param_numels]
-    blocks = sum(allocator_block_bytes(n * element_size) for n in numels)
-    return {
-        "parameters": blocks,
-        "gradients": blocks,
-        "Adam state": 2 * blocks,
-        "Adam's temporary": blocks,
-        "others": sum(allocator_block_bytes(check_int(b, "others[i]")) for b in others),
-    }
-
 
 # --- shared by the checks ---------------------------------------------------------------------------
 
@@ -175,7 +44,7 @@ _HARD_CODED = (
 
 @contextlib.contextmanager
 def _calling(what: str, hint: str, on: torch.device = CPU) -> Iterator[None]:
-    """:func:`learner_code` that recognises a hard-coded CUDA device in the error.
+    """:func:`learner_code` that recognizes a hard-coded CUDA device in the error.
 
     ``on`` is the device of the check's inputs: when it is not a CUDA device, an error that mentions
     CUDA comes from the learner's code asking for CUDA by itself.
@@ -236,6 +105,20 @@ def _device_rng_kept(device: torch.device) -> Iterator[None]:
         yield
 
 
+#: What to do when a forward mixes the input's device with the CPU (the advice of ``same_device``).
+_ELSEWHERE_ADVICE = (
+    "a tensor it uses stayed on the CPU, created inside forward without device=x.device (torch.eye(n), "
+    "torch.ones(n), ...), or kept where .to() cannot see it. Create new tensors with device=x.device (or "
+    "torch.ones_like(x), x.new_ones(...)), and keep the module's constants in buffers"
+)
+
+
+_NOISE_ELSEWHERE_ADVICE = (
+    "a tensor created inside forward without device=x.device lands on the default device (the CPU): create "
+    "the noise with torch.randn_like(x), or with device=x.device and dtype=x.dtype"
+)
+
+
 def _elsewhere_hint(err: Exception, what: str) -> str:
     """A hint for an error raised on a ``meta`` input, without quoting PyTorch's wording."""
     if "device" in str(err):
@@ -260,6 +143,15 @@ def _standardized_mlp(x, mean, std, linears):
     return h
 
 
+def _stacks(t: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> bool:
+    """``t`` holds both ``mean`` and ``std``, stacked or concatenated in either order."""
+    if t.numel() != 2 * mean.numel() or t.is_meta:
+        return False
+    flat = t.detach().reshape(-1)
+    return any(torch.equal(flat, torch.stack(pair, dim=dim).reshape(-1))
+               for pair in ((mean, std), (std, mean)) for dim in (0, 1))
+
+
 def _overrides_to(model: nn.Module) -> bool:
     return any(getattr(type(model), name) is not getattr(nn.Module, name) for name in ("to", "_apply"))
 
@@ -278,21 +170,34 @@ def _chained(linears: list[nn.Linear], width: int) -> list[nn.Linear]:
     return chain
 
 
+#: The two configurations every answer is built with: (mean, std, widths). The second has other sizes and
+#: a single layer (no ReLU at all).
+_MOVABLE_CASES = (
+    ([1.0, -2.0, 0.5, 3.0], [0.5, 2.0, 1.0, 4.0], (4, 8, 6, 3)),
+    ([0.25, -1.0, 2.0], [1.5, 0.5, 3.0], (3, 2)),
+)
+
+
 @_takes_device
 @exercise("Exercise 1 · Make .to() move everything")
 @_own_rng
 def check_movable(cls: type[nn.Module], device: torch.device | str | None = None) -> None:
-    """``cls(mean, std, widths)``: standardise with constant ``mean``/``std``, then Linear layers.
+    """``cls(mean, std, widths)``: standardize with constant ``mean``/``std``, then Linear layers.
 
     ``forward(x)`` computes ``(x - mean) / std`` and feeds it through ``Linear(widths[0], widths[1])``,
     ``Linear(widths[1], widths[2])``, ... with a ReLU between layers (none after the last). Right after
     construction, ``.to(device)`` or ``.to(dtype)`` must move every tensor the module uses, and ``mean``
-    and ``std`` are buffers saved in the ``state_dict``. ``device`` (default: the CPU) is where the
-    answer is also run and compared with its CPU output.
+    and ``std`` are each a buffer of its own, saved in the ``state_dict``. ``device`` (default: the CPU) is
+    where the answer is also run and compared with its CPU output. Every property is checked with two
+    configurations (sizes and depths).
     """
-    mean = torch.tensor([1.0, -2.0, 0.5, 3.0])
-    std = torch.tensor([0.5, 2.0, 1.0, 4.0])
-    widths = (4, 8, 6, 3)
+    for mean, std, widths in _MOVABLE_CASES:
+        _check_movable_with(cls, device, torch.tensor(mean), torch.tensor(std), widths)
+
+
+def _check_movable_with(cls: type[nn.Module], device: torch.device, mean: torch.Tensor, std: torch.Tensor,
+                        widths: tuple[int, ...]) -> None:
+    width, out_width = widths[0], widths[-1]
     built = f"building cls(mean, std, widths={widths})"
     ctor_hint = "the constructor takes (mean, std, widths) and calls super().__init__() first"
     with _calling(built, ctor_hint):
@@ -342,18 +247,19 @@ def check_movable(cls: type[nn.Module], device: torch.device | str | None = None
         f"self.register_buffer(name, tensor).{overridden}",
     )
 
-    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(0))
+    x = torch.randn(5, width, generator=torch.Generator().manual_seed(0))
     given = x.clone()
-    with _calling("calling the model on a (5, 4) batch", "forward(self, x) standardises x, then runs the layers"):
+    standardizes = "forward(self, x) standardizes x, then runs the layers"
+    with _calling(f"calling the model on a (5, {width}) batch", standardizes):
         y = model(x)
     expect(
         torch.equal(x, given),
         "forward changed its input in place (x -= mean, x.sub_(...)): the caller's batch changes with it, and "
-        "a second call would standardise it twice. Compute (x - self.mean) / self.std as a new tensor",
+        "a second call would standardize it twice. Compute (x - self.mean) / self.std as a new tensor",
     )
     expect(
-        isinstance(y, torch.Tensor) and y.shape == (5, 3),
-        f"widths {widths} on a batch of 5 give shape (5, 3); got {getattr(y, 'shape', type(y).__name__)}",
+        isinstance(y, torch.Tensor) and y.shape == (5, out_width),
+        f"widths {widths} on a batch of 5 give shape (5, {out_width}); got {getattr(y, 'shape', type(y).__name__)}",
     )
     linears = _chained([m for m in model.modules() if isinstance(m, nn.Linear)], widths[0])
     want_layers = list(zip(widths, widths[1:], strict=False))
@@ -370,6 +276,14 @@ def check_movable(cls: type[nn.Module], device: torch.device | str | None = None
     def holds(t: torch.Tensor, values: torch.Tensor) -> bool:  # in any shape: (4,), or (1, 4) to broadcast
         return t.numel() == values.numel() and torch.equal(t.detach().reshape(-1), values)
 
+    stacked = next(((name, t) for name, t in [*model.named_parameters(), *model.named_buffers()]
+                    if _stacks(t, mean, std)), None)
+    expect(
+        stacked is None,
+        f"mean and std are stacked into one tensor, {stacked[0] if stacked else ''} of shape "
+        f"{tuple(stacked[1].shape) if stacked else ()}: the task asks for each in a buffer of its own, "
+        "self.register_buffer('mean', mean) and self.register_buffer('std', std)",
+    )
     constants = [p for p in model.parameters() if holds(p, mean) or holds(p, std)]
     expect(
         not any(p.requires_grad for p in constants),
@@ -394,11 +308,14 @@ def check_movable(cls: type[nn.Module], device: torch.device | str | None = None
     behind = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.device != META]
     expect(not behind, f"after .to('meta') these stayed behind: {behind}")
     try:
-        out = model(torch.empty(7, 4, device=META))
+        with same_device("x", hint=_ELSEWHERE_ADVICE):
+            out = model(torch.empty(7, width, device=META))
+    except ExerciseFailed:
+        raise
     except Exception as err:
         expect(False, _elsewhere_hint(err, "after .to('meta'), forward on a meta input"))
     expect(
-        isinstance(out, torch.Tensor) and out.device == META and out.shape == (7, 3),
+        isinstance(out, torch.Tensor) and out.device == META and out.shape == (7, out_width),
         "after .to('meta') the output of a meta input must be on 'meta'",
     )
 
@@ -481,6 +398,32 @@ def _expect_gradient_passes(layer: nn.Module) -> None:
         torch.equal(x.grad, torch.ones_like(x)),
         "the gradient of sum(output) with respect to x must be all ones, as through x + noise: add the noise "
         "to x, and compute the noise without x",
+    )
+
+
+def _expect_other_sigma(cls: type[nn.Module], std_at_half: float) -> None:
+    """A second layer, ``cls(2.0)``: its noise has std 2 in training mode, its gradient passes, and in eval
+    mode it returns its input (the first layer's checks used sigma=0.5)."""
+    with _calling("building cls(2.0)", "the constructor takes sigma and calls super().__init__() first"):
+        layer = cls(2.0)
+    with _calling("calling cls(2.0) in training mode on torch.zeros(20_000)", ""):
+        noisy = layer(torch.zeros(20_000))
+    std = noisy.std().item() if isinstance(noisy, torch.Tensor) and noisy.is_floating_point() else float("nan")
+    if abs(std - std_at_half) < 0.02:
+        expect(
+            abs(std - 2.0) < 0.08,
+            f"the noise has std {std:.3f} for sigma=2.0, the same as for sigma=0.5: forward does not use the "
+            "sigma given to the constructor. Scale the noise by self.sigma",
+        )
+    expect(abs(std - 2.0) < 0.08, f"sigma=2.0 must give noise of std 2.0; got {std:.3f}")
+    _expect_gradient_passes(layer)
+    with _calling("cls(2.0).eval(), then calling it", "in eval mode return x"):
+        layer.eval()
+        ones = torch.ones(5)
+        kept = layer(ones)
+    expect(
+        isinstance(kept, torch.Tensor) and torch.equal(kept, torch.ones(5)),
+        "in eval mode (layer.eval()) return the input unchanged, whatever sigma",
     )
 
 
@@ -572,6 +515,7 @@ def check_noise(cls: type[nn.Module], device: torch.device | str | None = None) 
         shifted = layer(torch.ones(20_000))
     expect(abs(shifted.mean().item() - 1) < 0.02, "add the noise to the input (x + noise), do not replace it")
     _expect_gradient_passes(layer)
+    _expect_other_sigma(cls, std)
 
     with _calling("layer.eval()", "do not override eval() or train()"):
         layer.eval()
@@ -585,8 +529,10 @@ def check_noise(cls: type[nn.Module], device: torch.device | str | None = None) 
 
     generators = _GeneratorDevices()
     try:
-        with generators:
+        with generators, same_device("x", hint=_NOISE_ELSEWHERE_ADVICE):
             on_meta = layer(torch.zeros(3, 4, device=META))
+    except ExerciseFailed:
+        raise
     except Exception as err:
         if isinstance(err, NotImplementedError) or _CUDA.search(str(err)):
             with _calling("calling the layer on a meta input", "create the noise with torch.randn_like(x)"):
@@ -664,6 +610,7 @@ def _likely_cause(model: nn.Module, parts: dict[str, int], got: int) -> str | No
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())
     want = sum(parts.values())
     copies = sum((4 if p.requires_grad else 1) * p.numel() for p in unique)
+    one_level = {id(p): p for child in model.children() for p in child.parameters(recurse=False)}.values()
     guesses = [  # the likelier mistake first where two give the same total
         (4 * nbytes, "frozen parameters (requires_grad=False) get no gradient and no Adam state"),
         (4 * copies, "each number takes its dtype's size (p.element_size()), not always 4 bytes"),
@@ -687,6 +634,12 @@ def _likely_cause(model: nn.Module, parts: dict[str, int], got: int) -> str | No
         ),
         (nbytes + 2 * trained, "the gradients are missing (one per trainable parameter, of its size and dtype)"),
         (nbytes + trained, "Adam's two running averages are missing (exp_avg and exp_avg_sq)"),
+        (
+            sum((4 if p.requires_grad else 1) * p.numel() * p.element_size() for p in one_level),
+            "the count reads only the parameters of the model's direct children: a bare layer has no children, "
+            "and a nested nn.Sequential keeps its layers one level further down. model.parameters() walks the "
+            "whole tree",
+        ),
     ]
     return next((cause for total, cause in guesses if total == got and total != want), None)
 
@@ -731,6 +684,8 @@ def _cases() -> dict[str, nn.Module]:
         "a model whose two layers share one weight": _SharedWeight(),
         "a model with BatchNorm buffers": normed,
         "a model with a float64 and a float32 layer": _MixedPrecision(),
+        "a bare nn.Linear(5, 3) layer": nn.Linear(5, 3),
+        "an MLP nested in an nn.Sequential": nn.Sequential(nn.Sequential(nn.Linear(5, 7), nn.ReLU()), nn.Linear(7, 3)),
     }
 
 
