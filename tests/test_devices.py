@@ -200,6 +200,9 @@ def test_fake_gpus_have_a_current_device_that_a_bare_synchronize_waits_for():
     with fake_gpus(0):
         with pytest.raises(RuntimeError, match="no cuda device"):
             torch.cuda.current_device()
+        for synchronize in (torch.cuda.synchronize, torch.accelerator.synchronize):
+            with pytest.raises(RuntimeError, match=r"synchronize called, but this \(fake\) machine has no cuda device"):
+                synchronize()
 
 
 def test_fake_gpus_streams_wait_for_their_device():

@@ -7,12 +7,15 @@ depends on the speed of the machine.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 from utils.checks import outcome, rejection
+from utils.exercises import ch08
 from utils.exercises.ch08 import REASONS, REPORT, check_fixed_timer, check_masked_mean, check_report
 from utils.timing import measure, synchronize
 
@@ -51,7 +54,7 @@ def warm_then_time(fn, wait, clock):
 
 
 def right_every_visible_gpu(fn, devices, clock=time.perf_counter):
-    """Synchronising every GPU the process sees is more than needed, but correct."""
+    """Synchronizing every GPU the process sees is more than needed, but correct."""
     def wait_all():
         for i in range(torch.cuda.device_count()):
             torch.cuda.synchronize(i)
@@ -363,7 +366,7 @@ def skips_the_cpu_only_when_first(fn, devices, clock=time.perf_counter):
         (first_device_only, "after fn it waited for cuda:2 but not for cuda:0"),
         (two_hardcoded_gpus, "after fn it waited for cuda:0, cuda:1 but not for cuda:2"),
         (bare_before_every_device_after, "the work of the call before (a warm-up) was still queued"),
-        (stops_the_clock_before_waiting, "read the clock after synchronising, not before"),
+        (stops_the_clock_before_waiting, "read the clock after synchronizing, not before"),
         (starts_the_clock_after_fn, "fn spends 3 ms on the CPU, and with devices=[cpu] the time returned is 0.0"),
         (includes_the_warm_up, "it includes the warm-up. Call fn once before starting the clock"),
         (crashes_on_the_cpu, "skip the CPU"),
@@ -411,6 +414,24 @@ def test_every_device_is_tried_in_every_role():
         verdict, message = outcome(check_fixed_timer, forgets_one_before)
         assert verdict == "failed", message
         assert f"queued on cuda:{k} before the call" in message or "(a warm-up) was still queued" in message
+
+
+def asks_for_the_current_device(fn, devices, clock=time.perf_counter):
+    torch.cuda.current_device()  # a CUDA call, but not a synchronize: the check does not guess a cause
+    return right_cuda_loops(fn, devices, clock)
+
+
+EX1 = "Exercise 1 · Fix this timing code: not yet. "
+NO_GPU = "calling time_on_devices(fn, [cpu], clock) on a machine without a GPU raised RuntimeError: "
+
+
+def test_fixed_timer_on_a_machine_without_a_gpu_names_the_cause_it_saw():
+    assert outcome(check_fixed_timer, bare_sync_always) == ("failed", EX1 + NO_GPU + (
+        "synchronize called, but this (fake) machine has no cuda device. Likely cause: it called synchronize on a "
+        "machine without a GPU: with devices=[cpu] there is nothing to wait for; synchronize only the CUDA devices "
+        "in devices."))
+    assert outcome(check_fixed_timer, asks_for_the_current_device) == ("failed", EX1 + NO_GPU + (
+        "current device asked for, but this (fake) machine has no cuda device."))
 
 
 def test_fixed_timer_stub_and_crash():
@@ -472,7 +493,7 @@ def test_report_accepts(answer):
         (with_changes(D="earlier-work"), "earlier work would make D larger"),
         (with_changes(A="ok"), "A is the first call ever"),
         (with_changes(A="current-device"), "what makes it slow: the first call ever"),
-        (with_changes(B="ok"), "B never synchronised"),
+        (with_changes(B="ok"), "B never synchronized"),
         (with_changes(C="warm-up"), "C follows every rule"),
         (with_changes(E="current-device"), "E is consistent"),
         (with_changes(F="ok"), "what was still queued on cuda:1 when the clock started?"),
@@ -503,14 +524,14 @@ def test_report_is_consistent_with_its_story():
 
 
 def test_report_has_one_synchronised_row_below_its_step():
-    """The task asks about the one row that synchronised yet reports less than its step takes: D, not B."""
+    """The task asks about the one row that synchronized yet reports less than its step takes: D, not B."""
     busiest_gpu_chunks = {"A": 4, "B": 4, "C": 4, "D": 3, "E": 2, "F": 2}  # the step's time, in 10 ms chunks
     below = [row for row, (how, ms) in REPORT.items() if ms < 10 * busiest_gpu_chunks[row]]
-    assert below == ["B", "D"] and "no synchronisation" in REPORT["B"][0]
+    assert below == ["B", "D"] and "no synchronization" in REPORT["B"][0]
     assert "synchronize() before and after" in REPORT["D"][0]
 
 
-# --- Exercise 3 · A masked mean without a hidden synchronisation --------------------------------------
+# --- Exercise 3 · A masked mean without a hidden synchronization --------------------------------------
 
 def right_clamped(x, mask):
     return (x * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1)
@@ -604,29 +625,66 @@ def returns_a_list(x, mask):
     return ((x * mask).sum(-1) / mask.sum(-1).clamp(min=1)).tolist()
 
 
+def keepdim_then_squeeze(x, mask):
+    """Right for a batch of several rows; squeeze() also drops the batch dim of a batch of one."""
+    return (torch.where(mask, x, 0).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1)).squeeze()
+
+
+def four_rows_written_in(x, mask):
+    """The example's batch size as a literal."""
+    out = x.new_zeros(4)
+    return out + torch.where(mask, x, 0).sum(-1) / mask.sum(-1).clamp(min=1)
+
+
+def five_columns_written_in(x, mask):
+    """Counts the True entries as 5 minus the False ones: the example's row length as a literal."""
+    return torch.where(mask, x, 0).sum(-1) / (5 - (~mask).sum(-1)).clamp(min=1)
+
+
+def inverts_the_mask_in_place(x, mask):
+    counts = mask.sum(-1).clamp(min=1)
+    return x.masked_fill(mask.logical_not_(), 0).sum(-1) / counts
+
+
+HOST = "which needs the values on the host. On a GPU the host then waits for the device: a hidden synchronization. " \
+       "Keep every shape fixed and every value on the device: torch.where(mask, x, 0) or x * mask, then sums."
+EX3 = "Exercise 3 · A masked mean without a hidden synchronization: not yet. "
 @pytest.mark.parametrize(
     ("wrong", "hint"),
     [
-        (boolean_index_mean, "one mean per row"),
-        (row_loop_with_indexing, "its mean came out nan (0 / 0)"),
-        (row_loop_with_indexing_nan_fixed, "it calls x[mask] (boolean mask), which needs the values on the host"),
-        (divides_by_zero, "its mean came out nan"),
-        (divides_by_the_length, "it divides every row by its length (5)"),
-        (checks_for_empty_rows_with_if, "it calls bool(tensor) / if tensor, which needs the values on the host"),
-        (with_item, "it calls .item(), which needs the values on the host"),
-        (with_masked_select, "it calls torch.masked_select"),
-        (with_nonzero, "it calls torch.nonzero"),
-        (output_on_the_default_device, "it creates a tensor with torch.zeros and no device="),
-        (moves_to_the_cpu, "it calls .cpu() / .to('cpu')"),
-        (one_mean_for_all, "one mean per row (reduce over the last dim only)"),
-        (in_place, "changed its input in place"),
-        (integer_division, "row 2 should have mean 0.1, got 0"),
+        (boolean_index_mean, "x has shape (4, 5) and the result (): one number for the whole batch: reduce over "
+                             "the last dim only"),
+        (row_loop_with_indexing, "row 1 of the (4, 5) batch has no True entry and its mean came out nan (0 / 0): "
+                                 "divide by the count clamped to at least 1, or use torch.where, so such a row "
+                                 "gives 0"),
+        (row_loop_with_indexing_nan_fixed, f"it calls x[mask] (boolean mask), {HOST}"),
+        (divides_by_zero, "row 1 of the (4, 5) batch has no True entry and its mean came out nan (0 / 0): divide "
+                          "by the count clamped to at least 1, or use torch.where, so such a row gives 0"),
+        (divides_by_the_length, "in the (4, 5) batch it divides every row by its length (5): divide by the number "
+                                "of True entries in the row instead"),
+        (checks_for_empty_rows_with_if, f"it calls bool(tensor) / if tensor, {HOST}"),
+        (with_item, f"it calls .item(), {HOST}"),
+        (with_masked_select, f"it calls torch.masked_select, {HOST}"),
+        (with_nonzero, f"it calls torch.nonzero, {HOST}"),
+        (output_on_the_default_device, "it creates a tensor with torch.zeros and no device=: that lands on the "
+                                       "default device (the CPU), not on x's device. Pass device=x.device, or build "
+                                       "it from x (torch.zeros_like, x.new_zeros)"),
+        (moves_to_the_cpu, f"it calls .cpu() / .to('cpu'), {HOST}"),
+        (one_mean_for_all, "x has shape (4, 5) and the result (): one number for the whole batch: reduce over the "
+                           "last dim only"),
+        (in_place, "masked_mean changed x in place: compute a new tensor and leave the inputs as they were"),
+        (inverts_the_mask_in_place, "masked_mean changed mask in place: compute a new tensor and leave the inputs "
+                                    "as they were"),
+        (integer_division, "row 2 of the (4, 5) batch should have mean 0.1, got 0"),
         (returns_a_list, "return a tensor, got list"),
+        (keepdim_then_squeeze, "x has shape (1, 3) and the result (): the batch dim is gone: a batch of one row "
+                               "still needs a result of shape (1,)"),
+        (four_rows_written_in, "x has shape (1, 3) and the result (4,): one mean per row, shape (1,)"),
+        (five_columns_written_in, "row 0 of the (1, 3) batch should have mean 3.25, got 1.625"),
     ],
 )
 def test_masked_mean_rejects(wrong, hint):
-    verdict, message = outcome(check_masked_mean, wrong)
-    assert verdict == "failed" and hint in message, message
+    assert outcome(check_masked_mean, wrong) == ("failed", EX3 + hint)
 
 
 def test_masked_mean_hints_quote_no_torch_message():
@@ -641,3 +699,63 @@ def test_masked_mean_stub():
         raise NotImplementedError("your code here")
 
     assert outcome(check_masked_mean, stub) == ("not attempted", "")
+
+
+# On a CUDA device the check also runs the answer under torch.cuda.set_sync_debug_mode("error"). Played here on the
+# CPU: the inputs stay on the CPU, and a stand-in for the debug mode raises as torch does on the calls it covers.
+
+class FakeSyncErrors(TorchFunctionMode):
+    """Raises torch's sync-debug error on calls that synchronize on a GPU; `cumsum` stands for one that HostReads
+    does not list (the check cannot know every operator)."""
+
+    SYNCS = frozenset({"item", "nonzero", "__bool__", "masked_select", "cumsum"})
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        bool_index = name == "__getitem__" and isinstance(args[1], torch.Tensor) and args[1].dtype == torch.bool
+        if name in self.SYNCS or bool_index:
+            raise RuntimeError("called a synchronizing CUDA operation")
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.fixture
+def fake_cuda_check(monkeypatch):
+    @contextlib.contextmanager
+    def sync_errors(device):
+        assert device.type == "cuda"
+        with FakeSyncErrors():
+            yield
+
+    monkeypatch.setattr(ch08, "_place", lambda tensor, device: tensor.clone())
+    monkeypatch.setattr(ch08, "_sync_errors", sync_errors)
+
+
+def counts_with_cumsum(x, mask):
+    return torch.where(mask, x, 0).sum(-1) / mask.long().cumsum(-1)[..., -1].clamp(min=1)
+
+
+WRONG_MASKED_MEANS = [boolean_index_mean, row_loop_with_indexing, row_loop_with_indexing_nan_fixed, divides_by_zero,
+                      divides_by_the_length, checks_for_empty_rows_with_if, with_item, with_masked_select, with_nonzero,
+                      output_on_the_default_device, moves_to_the_cpu, one_mean_for_all, in_place,
+                      inverts_the_mask_in_place, integer_division, returns_a_list, keepdim_then_squeeze,
+                      four_rows_written_in, five_columns_written_in]
+
+
+def test_masked_mean_verdicts_and_hints_are_the_same_on_cpu_and_cuda(fake_cuda_check):
+    """The notebook prints the hint for the row loop with boolean indexing in a compared cell: a CUDA runner must
+    print the same words as the CPU that recorded it."""
+    on_cpu = [outcome(check_masked_mean, wrong, torch.device("cpu")) for wrong in WRONG_MASKED_MEANS]
+    on_cuda = [outcome(check_masked_mean, wrong, torch.device("cuda")) for wrong in WRONG_MASKED_MEANS]
+    assert on_cpu == on_cuda and all(verdict == "failed" for verdict, _ in on_cuda)
+    assert outcome(check_masked_mean, row_loop_with_indexing_nan_fixed, "cuda") == (
+        "failed", EX3 + f"it calls x[mask] (boolean mask), {HOST}")
+    for right in (right_clamped, right_nan_to_num, right_masked_fill, right_row_loop_without_indexing):
+        assert outcome(check_masked_mean, right, "cuda") == ("passed", "")
+
+
+def test_masked_mean_on_cuda_names_a_synchronization_that_host_reads_does_not_list(fake_cuda_check):
+    assert outcome(check_masked_mean, counts_with_cumsum, "cpu") == ("passed", "")  # nothing to see on a CPU
+    assert outcome(check_masked_mean, counts_with_cumsum, "cuda") == ("failed", EX3 + (
+        "on the GPU, under torch.cuda.set_sync_debug_mode('error'), a call it makes synchronized with the host. "
+        "HostReads listed none of its calls, so which one it was is unknown here; the error said: called a "
+        f"synchronizing CUDA operation. That call {HOST.removeprefix('which ')}"))

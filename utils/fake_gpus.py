@@ -100,6 +100,8 @@ class FakeGPUs:
             if device.type != self.kind:
                 raise ValueError(f"synchronize called with {device}, but the fake GPUs are {self.kind}")
             index = device.index or 0
+        if not self.count:
+            raise RuntimeError(f"synchronize called, but this (fake) machine has no {self.kind} device")
         if not 0 <= index < self.count:
             raise RuntimeError(f"invalid device ordinal {index}: {self.count} fake {self.kind} device(s)")
         self.synced.append(torch.device(self.kind, index))
@@ -172,4 +174,4 @@ def _cuda_index(device, optional: bool = False) -> int:
 
 
 def _no_cuda(device=None) -> None:
-    raise RuntimeError("torch.cuda.synchronize called, but this (fake) machine has no CUDA device")
+    raise RuntimeError("synchronize called, but this (fake) machine has no cuda device")

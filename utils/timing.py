@@ -3,7 +3,7 @@
 GPU work is asynchronous: a CUDA call queues a kernel and returns, so a clock read right after it
 measures the *launch*. A correct measurement therefore
 
-1. **synchronises every device involved**, before starting the clock (so earlier work is not billed)
+1. **synchronizes every device involved**, before starting the clock (so earlier work is not billed)
    and before stopping it (so all of this work is). ``torch.cuda.synchronize()`` without an argument
    waits for the *current* device only; :func:`synchronize` waits for each device you name, through
    ``torch.accelerator`` (CUDA, ROCm, XPU, MPS alike);
@@ -15,7 +15,7 @@ measures the *launch*. A correct measurement therefore
 
     >>> t = measure(lambda: a @ b, devices=["cuda:0", "cuda:1"], warmup=2, repeats=7, label="a @ b")
     >>> print(t)
-    a @ b: 1.21 ms per call (median of 7 × 2 calls, IQR 12.3 µs; 2 warm-up calls; synchronised cuda:0, cuda:1)
+    a @ b: 1.21 ms per call (median of 7 × 2 calls, IQR 12.3 µs; 2 warm-up calls; synchronized cuda:0, cuda:1)
 
 Three methods, chosen with ``method=``: ``"repeat"`` (default: ``repeats`` measurements of ``number``
 calls, with the ``timeit`` machinery that ``torch.utils.benchmark`` uses), ``"autorange"``
@@ -30,30 +30,30 @@ is how the tests check it without depending on the speed of the machine.
 
 **CPU workers as stand-in devices.** :class:`CPUWorkers` runs tasks on N long-lived threads (one
 ``concurrent.futures.ThreadPoolExecutor`` each, like one queue per device) with one intra-op thread
-each, for the sequential-versus-parallel experiment on a machine without two GPUs. Each run is
-recorded as a :class:`WorkerRun`: wall time, CPU time per worker and, on Linux, how long our threads
-waited for a core that another program held. A speed claim is then judged only on undisturbed runs:
-:func:`until_quiet` measures in interleaved rounds until it has enough of them or its time is up, and
-:func:`judge_speedup` says whether the claim holds, does not hold, or could not be checked (and why).
+each, for the sequential-versus-parallel experiment on a machine without two GPUs. Time its runs with
+:func:`compare`; what they show depends on the machine's cores and load, so a speed claim is asserted
+on a virtual clock (``utils.fake_gpus``), never on these figures.
 
-**Hidden synchronisations.** Inside ``with HostReads() as reads:`` every PyTorch call that needs tensor
+**Hidden synchronizations.** Inside ``with HostReads() as reads:`` every PyTorch call that needs tensor
 *values* on the host (``.item()``, ``print``, ``if tensor:``, ``x[mask]``, ``nonzero`` ...) is listed in
 ``reads``: on a GPU, each of them makes the host wait for the device. It runs on the CPU, so a loop can
-be checked for them on any machine; ``torch.cuda.set_sync_debug_mode`` is the authority on a GPU.
+be checked for them on any machine. It knows the common cases, not every operator; on a GPU,
+``torch.cuda.set_sync_debug_mode`` warns about (or raises on) the synchronizing calls it covers, which
+are not all of them either (its docstring calls it experimental: ``torch.distributed`` and
+``torch.sparse`` operations, for one, are not covered).
 
 Importing this module is cheap: ``torch.utils.benchmark`` is imported on first use only, and nothing
-here initialises CUDA until you time CUDA devices.
+here initializes CUDA until you time CUDA devices.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-import sys
 import threading
 import time
 import timeit
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -73,21 +73,15 @@ __all__ = [
     "CPUWorkers",
     "HostReads",
     "Timing",
-    "SpeedupVerdict",
-    "WorkerRun",
     "benchmark_timer",
     "compare",
-    "core_wait",
     "format_seconds",
-    "judge_speedup",
     "measure",
     "run_on_cpu_workers",
     "synchronize",
-    "until_quiet",
 ]
 
 T = TypeVar("T")
-K = TypeVar("K", bound=Hashable)
 
 #: Device types :func:`synchronize` accepts: the CPU (nothing to wait for) and the GPU types.
 DEVICE_TYPES = ("cpu", *GPU_TYPES)
@@ -95,15 +89,6 @@ DEVICE_TYPES = ("cpu", *GPU_TYPES)
 METHODS = ("repeat", "autorange", "events")
 #: With ``number=None``, calls per measurement are chosen so that one measurement lasts about this long.
 TARGET_BLOCK_SECONDS = 2e-3
-#: A run counts as undisturbed when our threads waited for a core at most this share of its wall time ...
-QUIET_SHARE = 0.05
-#: ... plus this many seconds per thread: waking a sleeping thread counts as waiting, and takes some
-#: microseconds even on an idle core (tens of them in a virtual machine).
-QUIET_FLOOR = 25e-6
-#: Below this share of a run spent computing, a worker that did not wait for a core was blocked (or had
-#: its virtual CPU taken away), and the run cannot refute a speed claim.
-MIN_SHARE = 0.9
-
 DeviceLike = torch.device | str
 Clock = Callable[[], float]
 
@@ -111,7 +96,7 @@ Clock = Callable[[], float]
 # --- argument checks ------------------------------------------------------------------------------
 
 def _as_devices(devices: DeviceLike | Iterable[DeviceLike], name: str = "devices") -> tuple[torch.device, ...]:
-    """Normalise one device or an iterable of devices; duplicates removed, order kept."""
+    """Normalize one device or an iterable of devices; duplicates removed, order kept."""
     items = [devices] if isinstance(devices, torch.device | str) else devices
     if not isinstance(items, Iterable):
         raise TypeError(f"{name} must be a torch.device, a str such as 'cuda:0', or an iterable of them; "
@@ -125,7 +110,7 @@ def _as_devices(devices: DeviceLike | Iterable[DeviceLike], name: str = "devices
         except RuntimeError as err:
             raise ValueError(f"{name}: {item!r} is not a device ({err})") from None
         if device.type not in DEVICE_TYPES:
-            raise ValueError(f"{name}: cannot synchronise a {device.type!r} device; known types: {DEVICE_TYPES}")
+            raise ValueError(f"{name}: cannot synchronize a {device.type!r} device; known types: {DEVICE_TYPES}")
         if device not in out:
             out.append(device)
     if not out:
@@ -148,14 +133,14 @@ def _default_devices() -> tuple[torch.device, ...]:
     return tuple(try_all_gpus())
 
 
-# --- synchronisation ------------------------------------------------------------------------------
+# --- synchronization ------------------------------------------------------------------------------
 
 def synchronize(devices: DeviceLike | Iterable[DeviceLike]) -> None:
     """Wait until every device in ``devices`` has finished the work queued on it so far.
 
     ``devices`` is one device (``torch.device`` or a string such as ``"cuda:1"``) or an iterable of
     them. CPU work is already finished when the call that issued it returns, so ``"cpu"`` needs
-    nothing. Every other device is synchronised on its own with ``torch.accelerator.synchronize(d)``
+    nothing. Every other device is synchronized on its own with ``torch.accelerator.synchronize(d)``
     (a bare ``torch.cuda.synchronize()`` waits for the *current* device only); ``"cuda"`` without an
     index means the current device. A device of a type this machine's accelerator is not raises a
     ``ValueError`` naming it, before anything is waited for.
@@ -167,7 +152,7 @@ def synchronize(devices: DeviceLike | Iterable[DeviceLike]) -> None:
     for device in devs:
         if accelerator is None or device.type != accelerator.type:
             have = "no accelerator" if accelerator is None else f"a {accelerator.type} accelerator"
-            raise ValueError(f"devices: cannot synchronise {device}: this machine has {have}")
+            raise ValueError(f"devices: cannot synchronize {device}: this machine has {have}")
     for device in devs:
         torch.accelerator.synchronize(device)
 
@@ -270,7 +255,7 @@ class Timing:
         return (
             f"{name}{format_seconds(self.median)} per call "
             f"(median of {len(self.times)} × {self.number} calls, IQR {format_seconds(self.iqr)}{how}; "
-            f"{warm}; synchronised {', '.join(self.devices)})"
+            f"{warm}; synchronized {', '.join(self.devices)})"
         )
 
 
@@ -309,7 +294,7 @@ def compare(
     Interleaving makes slow drifts of the machine (another program starting, the CPU clocking down)
     hit every candidate alike, so their ratio is more trustworthy than two back-to-back runs. Each
     candidate is warmed up ``warmup`` times first (not measured); ``number`` calls per measurement
-    (``None``: chosen per candidate so that one measurement lasts about 2 ms). The clock synchronises
+    (``None``: chosen per candidate so that one measurement lasts about 2 ms). The clock synchronizes
     every device in ``devices`` (``None``: every GPU this process can see, or the CPU without one; pass
     ``"cpu"`` for CPU-only code on a GPU machine), then reads ``timer``. Returns ``{name: Timing}`` in
     the order given.
@@ -346,9 +331,9 @@ def benchmark_timer(
     label: str = "",
     timer: Clock = time.perf_counter,
 ) -> Timer:
-    """A ``torch.utils.benchmark.Timer`` running ``fn()`` with a clock that synchronises ``devices``.
+    """A ``torch.utils.benchmark.Timer`` running ``fn()`` with a clock that synchronizes ``devices``.
 
-    The library's default clock synchronises only the current accelerator; this one waits for every
+    The library's default clock synchronizes only the current accelerator; this one waits for every
     device you name, then reads ``timer``. ``num_threads`` defaults to the current
     ``torch.get_num_threads()`` (the library's own default is 1). Use the library's methods on it::
 
@@ -406,11 +391,11 @@ def measure(
     label: str = "",
     timer: Clock = time.perf_counter,
 ) -> Timing:
-    """Time ``fn()``: synchronise ``devices``, warm up, repeat; return a :class:`Timing`.
+    """Time ``fn()``: synchronize ``devices``, warm up, repeat; return a :class:`Timing`.
 
     Args:
         fn: a callable without arguments (wrap arguments in a ``lambda`` or ``functools.partial``).
-        devices: the devices ``fn`` uses, all of which are synchronised around every measurement.
+        devices: the devices ``fn`` uses, all of which are synchronized around every measurement.
             ``None``: every GPU this process can see, or the CPU without one. Pass ``"cpu"`` to time
             CPU-only code on a GPU machine without touching the GPUs.
         warmup: calls made before measuring, excluded from the result.
@@ -423,7 +408,7 @@ def measure(
             ``devices`` must be exactly one CUDA device).
         min_run_time: seconds of measurement for ``"autorange"``.
         label: a name shown by ``str(timing)``.
-        timer: the clock read after synchronising (seconds); a simulated clock makes the whole
+        timer: the clock read after synchronizing (seconds); a simulated clock makes the whole
             measurement run on virtual time.
     """
     _check_common(fn, warmup, repeats, number, num_threads, label, timer)
@@ -458,82 +443,6 @@ def measure(
                   "autorange", label)
 
 
-# --- runs that another program may have disturbed -------------------------------------------------
-
-def core_wait(native_ids: Iterable[int]) -> float | None:
-    """Seconds the threads ``native_ids`` of this process have spent *waiting for a core*, in total.
-
-    That is the time a thread was ready to run while every core was busy with something else: on a
-    quiet machine it stays near zero, on a shared one it grows. Linux reports it per thread (second
-    field of ``/proc/self/task/<id>/schedstat``); elsewhere, or for a thread that has ended, the
-    answer is ``None`` (unknown). A thread blocked on a lock (Python's GIL, a queue) is not waiting
-    for a core and adds nothing. Compare two readings to see what a run suffered.
-    """
-    if isinstance(native_ids, str | bytes) or not isinstance(native_ids, Iterable):
-        raise TypeError(f"native_ids must be an iterable of thread ids, got {type(native_ids).__name__}")
-    ids = list(native_ids)
-    for tid in ids:
-        check_int(tid, "native_ids", 1)
-    if not sys.platform.startswith("linux"):
-        return None
-    total = 0
-    for tid in ids:
-        try:
-            with open(f"/proc/self/task/{tid}/schedstat", encoding="ascii") as f:
-                total += int(f.read().split()[1])
-        except (OSError, IndexError, ValueError):
-            return None
-    return total / 1e9
-
-
-@dataclass(frozen=True)
-class WorkerRun:
-    """One timed :meth:`CPUWorkers.timed_run`: how long it took, and whether anything disturbed it.
-
-    ``wall``: seconds, from handing out the tasks to having every result (hand-off included).
-    ``cpu``: CPU seconds each worker that had tasks spent running them (its thread's CPU clock).
-    ``tasks``: how many tasks the run had. ``waited``: seconds our threads (the caller's and the
-    workers') spent waiting for a core during the run, or ``None`` where the OS does not say.
-    """
-
-    wall: float
-    cpu: tuple[float, ...]
-    tasks: int
-    waited: float | None
-
-    def __post_init__(self) -> None:
-        check_number(self.wall, "wall")
-        if not isinstance(self.cpu, tuple) or not self.cpu:
-            raise ValueError("cpu must be a non-empty tuple of seconds, one per busy worker")
-        for seconds in self.cpu:
-            check_number(seconds, "cpu")
-        check_int(self.tasks, "tasks", 1)
-        if self.waited is not None:
-            check_number(self.waited, "waited")
-
-    @property
-    def cpu_per_task(self) -> float:
-        """CPU seconds per task, summed over the workers (grows when the tasks slow each other down)."""
-        return sum(self.cpu) / self.tasks
-
-    @property
-    def share(self) -> float:
-        """The smallest share of the wall time that a busy worker spent computing (0 to about 1)."""
-        return min(self.cpu) / self.wall if self.wall > 0 else 1.0
-
-    def quiet(self) -> bool:
-        """Whether the run was undisturbed by other programs.
-
-        Where the OS reports waiting (Linux): our threads (the caller and each busy worker) waited for a
-        core at most ``QUIET_SHARE`` of the wall time plus ``QUIET_FLOOR`` per thread. Elsewhere: every
-        busy worker computed at least ``1 - QUIET_SHARE`` of the wall time, which only runs much longer
-        than the hand-off can show.
-        """
-        if self.waited is not None:
-            return self.waited <= QUIET_SHARE * self.wall + QUIET_FLOOR * (1 + len(self.cpu))
-        return self.share >= 1 - QUIET_SHARE
-
-
 # --- CPU workers as stand-in devices --------------------------------------------------------------
 
 def _check_tasks(tasks: object) -> None:
@@ -559,37 +468,23 @@ class CPUWorkers:
     worker every task runs after the other (the sequential baseline); with two, two threads compute
     at the same time. PyTorch releases Python's GIL inside its operations, so on two free cores that
     takes about half as long, once the tasks are large enough to dwarf the hand-off and the per-call
-    Python overhead.
+    Python overhead; on a busy or small machine it can be far from that.
 
     The threads start in the constructor, and each runs an initializer first:
     ``torch.set_num_threads(threads_per_worker)`` (the caller's own setting is untouched) and one small
     matrix product, because a thread's first PyTorch operation costs more than the next (as with a
-    GPU's first calls). They live until :meth:`close` (or the end of a ``with`` block). ::
+    GPU's first calls). They live until :meth:`close` (or the end of a ``with`` block), so that timing
+    ``pool.run`` (with :func:`measure` or :func:`compare`, ``devices="cpu"``) measures the work and the
+    hand-off, not starting threads. ``native_ids`` holds each worker thread's id, in worker order. ::
 
         with CPUWorkers(1) as one, CPUWorkers(2) as two:
             one.run(tasks)   # sequential
             two.run(tasks)   # parallel
-
-    :meth:`timed_run` runs the tasks and returns a :class:`WorkerRun` instead of the results.
-    ``clock``, ``cpu_clock`` (read inside each worker) and ``waiting`` (:func:`core_wait`) can be
-    replaced by simulated ones in tests.
     """
 
-    def __init__(
-        self,
-        workers: int,
-        *,
-        threads_per_worker: int = 1,
-        clock: Clock = time.perf_counter,
-        cpu_clock: Clock = time.thread_time,
-        waiting: Callable[[Iterable[int]], float | None] = core_wait,
-    ) -> None:
+    def __init__(self, workers: int, *, threads_per_worker: int = 1) -> None:
         self.workers = check_int(workers, "workers", 1)
         check_int(threads_per_worker, "threads_per_worker", 1)
-        _check_callable(clock, "clock")
-        _check_callable(cpu_clock, "cpu_clock")
-        _check_callable(waiting, "waiting")
-        self._clock, self._cpu_clock, self._waiting = clock, cpu_clock, waiting
         self._queues = [
             ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"cpu-worker-{k}",
                                initializer=_start_worker, initargs=(threads_per_worker,))
@@ -599,45 +494,26 @@ class CPUWorkers:
         self.native_ids: tuple[int, ...] = tuple(q.submit(threading.get_native_id).result() for q in self._queues)
         self._closed = False
 
-    def _batch(self, batch: list[Callable[[], T]]) -> tuple[list[T], float]:
-        start = self._cpu_clock()
-        results = [task() for task in batch]
-        return results, self._cpu_clock() - start
-
-    def _run(self, tasks: Sequence[Callable[[], T]]) -> tuple[list[T], WorkerRun]:
+    def run(self, tasks: Sequence[Callable[[], T]]) -> list[T]:
+        """Run ``tasks`` on the workers (task ``i`` on worker ``i % workers``); return their results."""
         if self._closed:
             raise RuntimeError("these CPUWorkers are closed")
         _check_tasks(tasks)
-        busy = range(min(self.workers, len(tasks)))
-        threads = [threading.get_native_id(), *(self.native_ids[k] for k in busy)]
-        waited_before = self._waiting(threads)
-        start = self._clock()
-        futures = [self._queues[k].submit(self._batch, list(tasks[k::self.workers])) for k in busy]
+        futures = [self._queues[k].submit(lambda batch: [task() for task in batch], list(tasks[k::self.workers]))
+                   for k in range(min(self.workers, len(tasks)))]
         outcomes = []
         for future in futures:  # wait for every worker, even after one has failed
             try:
                 outcomes.append(future.result())
             except BaseException as err:  # handed to the caller below, in task order
                 outcomes.append(err)
-        wall = self._clock() - start
-        waited_after = self._waiting(threads)
         errors = [o for o in outcomes if isinstance(o, BaseException)]
         if errors:
             raise errors[0]
         results: list[object] = [None] * len(tasks)
-        for k, (batch_results, _) in zip(busy, outcomes, strict=True):
+        for k, batch_results in enumerate(outcomes):
             results[k::self.workers] = batch_results
-        waited = None if waited_before is None or waited_after is None else max(waited_after - waited_before, 0.0)
-        run = WorkerRun(max(wall, 0.0), tuple(max(cpu, 0.0) for _, cpu in outcomes), len(tasks), waited)
-        return results, run  # type: ignore[return-value]
-
-    def run(self, tasks: Sequence[Callable[[], T]]) -> list[T]:
-        """Run ``tasks`` on the workers (task ``i`` on worker ``i % workers``); return their results."""
-        return self._run(tasks)[0]
-
-    def timed_run(self, tasks: Sequence[Callable[[], object]]) -> WorkerRun:
-        """Run ``tasks`` like :meth:`run`; return how long that took and whether it was disturbed."""
-        return self._run(tasks)[1]
+        return results  # type: ignore[return-value]
 
     def close(self) -> None:
         """Stop the worker threads (idempotent)."""
@@ -670,7 +546,7 @@ def run_on_cpu_workers(tasks: Sequence[Callable[[], T]], workers: int) -> list[T
         return pool.run(tasks)
 
 
-# --- hidden synchronisations ----------------------------------------------------------------------
+# --- hidden synchronizations ----------------------------------------------------------------------
 
 #: Tensor methods whose result is a Python value computed from the tensor's data.
 _VALUE_READS = {
@@ -709,7 +585,7 @@ def _to_host(args: tuple, kwargs: dict) -> bool:
 
 
 class HostReads(TorchFunctionMode):
-    """Note every PyTorch call that needs tensor values on the host; on a GPU each one is a synchronisation.
+    """Note every PyTorch call that needs tensor values on the host; on a GPU each one is a synchronization.
 
     ::
 
@@ -723,10 +599,11 @@ class HostReads(TorchFunctionMode):
     values (boolean-mask indexing, ``nonzero``, ``torch.where(condition)``, ``masked_select``,
     ``unique``, ``bincount``, ``repeat_interleave`` with tensor repeats, ``one_hot`` without
     ``num_classes``); and a copy to the host (``.cpu()``, ``.to("cpu")``, ``.numpy()``), free for a CPU
-    tensor but a synchronisation from a GPU. A ``torch.device`` target is judged against the tensor's own
+    tensor but a synchronization from a GPU. A ``torch.device`` target is judged against the tensor's own
     device: ``mask.to(x.device)`` is not noted (a no-op, on any machine), nor is ``.to(torch.device("cpu"))``
     of a CPU tensor. The list is of the common cases, not every operator; on a GPU,
-    ``torch.cuda.set_sync_debug_mode("warn")`` reports every synchronisation the device makes.
+    ``torch.cuda.set_sync_debug_mode("warn")`` also warns about many synchronizing calls it does not list
+    (not all: see the module docstring).
     Nothing is changed: every call runs as usual.
     """
 
@@ -757,132 +634,3 @@ class HostReads(TorchFunctionMode):
         elif name == "cpu" or (name == "to" and _to_host(args, kwargs)):
             self.reads.append(".cpu() / .to('cpu')")
         return func(*args, **kwargs)
-
-
-# --- speed claims on a shared machine -------------------------------------------------------------
-
-def until_quiet(
-    setups: Mapping[K, Callable[[], WorkerRun]],
-    *,
-    want: int = 3,
-    budget: float = 3.0,
-    warmup: int = 1,
-    max_rounds: int = 1000,
-    clock: Clock = time.perf_counter,
-) -> dict[K, list[WorkerRun]]:
-    """Run every setup once per round, interleaved, until each has ``want`` undisturbed runs.
-
-    A setup is a callable returning a :class:`WorkerRun` (``lambda: pool.timed_run(tasks)``). The
-    first ``warmup`` rounds are not kept. Measuring stops after the first round in which every setup
-    has ``want`` quiet runs (:meth:`WorkerRun.quiet`), or once ``budget`` seconds of ``clock`` have
-    passed since the start, or after ``max_rounds`` rounds, whichever comes first; at least one round
-    is always kept. Returns every kept run per setup, quiet or not, in the order measured, so that
-    :func:`judge_speedup` can say how busy the machine was.
-    """
-    if not isinstance(setups, Mapping) or not setups:
-        raise TypeError("setups must be a non-empty mapping of key -> callable returning a WorkerRun")
-    for key, setup in setups.items():
-        _check_callable(setup, f"setups[{key!r}]")
-    check_int(want, "want", 1)
-    budget = check_number(budget, "budget")
-    check_int(warmup, "warmup", 0)
-    check_int(max_rounds, "max_rounds", 1)
-    _check_callable(clock, "clock")
-    deadline = clock() + budget
-    for _ in range(warmup):
-        for setup in setups.values():
-            setup()
-    runs: dict[K, list[WorkerRun]] = {key: [] for key in setups}
-    for _ in range(max_rounds):
-        for key, setup in setups.items():
-            run = setup()
-            if not isinstance(run, WorkerRun):
-                raise TypeError(f"setups[{key!r}] must return a WorkerRun, got {type(run).__name__}")
-            runs[key].append(run)
-        if all(sum(r.quiet() for r in kept) >= want for kept in runs.values()) or clock() >= deadline:
-            break
-    return runs
-
-
-@dataclass(frozen=True)
-class SpeedupVerdict:
-    """What :func:`judge_speedup` concluded about a claim on the speed-up of two workers over one.
-
-    ``holds``: ``True`` (shown on undisturbed runs), ``False`` (undisturbed runs contradict it) or
-    ``None`` (it could not be checked here; :attr:`reason` says why). ``speedup``: best undisturbed
-    one-worker wall time over best undisturbed two-worker wall time (``None`` without both).
-    """
-
-    claim: str
-    holds: bool | None
-    speedup: float | None
-    reason: str
-
-    def __str__(self) -> str:
-        mark = {True: "✓ shown", False: "✗ NOT TRUE here", None: "? not checked"}[self.holds]
-        return f"{mark}: {self.claim}. {self.reason}"
-
-
-def judge_speedup(
-    one: Sequence[WorkerRun],
-    two: Sequence[WorkerRun],
-    *,
-    claim: str,
-    at_least: float | None = None,
-    at_most: float | None = None,
-    contention: float = 1.1,
-) -> SpeedupVerdict:
-    """Judge ``claim`` about ``one``-worker runs against ``two``-worker runs of the same tasks.
-
-    Only undisturbed runs count, and of those the fastest of each side (other programs only ever add
-    time). The claim is that the speed-up is ``>= at_least`` and/or ``<= at_most``. It cannot be checked
-    (``holds=None``) when either side has no undisturbed run: the machine was too busy. A speed-up
-    below ``at_least`` is not held against the claim either when a worker of the fastest two-worker run
-    computed less than 90 % of it (blocked, or its virtual machine's CPU taken away: steal time, which
-    the OS does not count as waiting), or when the tasks needed ``contention`` times more CPU time per
-    task side by side than alone: then the two cores share hardware (two hyperthreads of one core, or
-    memory bandwidth) and are not two independent devices.
-    """
-    check_str(claim, "claim")
-    for name, runs in (("one", one), ("two", two)):
-        if isinstance(runs, str | bytes) or not isinstance(runs, Sequence) or not runs:
-            raise TypeError(f"{name} must be a non-empty sequence of WorkerRun")
-        if not all(isinstance(r, WorkerRun) for r in runs):
-            raise TypeError(f"{name} must hold WorkerRun items")
-    if at_least is None and at_most is None:
-        raise ValueError("at_least or at_most must be given: the claim needs a bound")
-    low = None if at_least is None else check_number(at_least, "at_least")
-    high = None if at_most is None else check_number(at_most, "at_most")
-    contention = check_number(contention, "contention")
-    quiet_one, quiet_two = [r for r in one if r.quiet()], [r for r in two if r.quiet()]
-    if not quiet_one or not quiet_two:
-        return SpeedupVerdict(
-            claim, None, None,
-            f"The machine was too busy to check it: {len(quiet_one)} of {len(one)} runs with one worker and "
-            f"{len(quiet_two)} of {len(two)} with two were undisturbed (our threads kept waiting for a core "
-            "that another program held). Run it again when the machine is idle.",
-        )
-    best_one, best_two = min(quiet_one, key=lambda r: r.wall), min(quiet_two, key=lambda r: r.wall)
-    speedup = best_one.wall / best_two.wall if best_two.wall > 0 else math.inf
-    measured = f"{speedup:.2f}× (fastest of {len(quiet_one)} and {len(quiet_two)} undisturbed runs)"
-    if high is not None and speedup > high:
-        return SpeedupVerdict(claim, False, speedup, f"Measured {measured}, more than {high:g}×.")
-    if low is not None and speedup < low:
-        extra = best_two.cpu_per_task / best_one.cpu_per_task if best_one.cpu_per_task > 0 else 1.0
-        if best_two.share < MIN_SHARE:
-            return SpeedupVerdict(
-                claim, None, speedup,
-                f"Measured {measured}, but a worker computed only {best_two.share:.0%} of the run without waiting "
-                "for a core either: it was blocked (Python's GIL, a lock) or the virtual machine's host took the "
-                "CPU away (steal time), so the run says nothing about the devices.",
-            )
-        if extra >= contention:
-            return SpeedupVerdict(
-                claim, None, speedup,
-                f"Measured {measured}, but side by side each task needed {extra:.2f}× the CPU time it needs "
-                "alone: these two cores share hardware (two hyperthreads of one core, or memory bandwidth), "
-                "so they are not two independent devices.",
-            )
-        return SpeedupVerdict(claim, False, speedup, f"Measured {measured}, less than {low:g}×.")
-    bounds = ([] if low is None else [f"at least {low:g}×"]) + ([] if high is None else [f"at most {high:g}×"])
-    return SpeedupVerdict(claim, True, speedup, f"Measured {measured}: {' and '.join(bounds)}.")

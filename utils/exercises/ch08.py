@@ -8,10 +8,12 @@ work must be waited for after ``fn``, and the one whose earlier work must not be
 with the CPU first or last, or one GPU that is not cuda:0, catch a device's place in the list taken for its index.
 The pretend machine has a current device, as a real one does: an answer may select each GPU and then call
 a bare ``synchronize()``, which is how ``torch.cuda.synchronize(d)`` works itself.
-Exercise 2 is a benchmark report to judge row by row. Exercise 3 runs the learner's function under
-``utils.timing.HostReads``, which notes every call that needs tensor values on the host (and so, on a
-GPU, waits for the device); on a CUDA ``device`` the check also runs it under
-``torch.cuda.set_sync_debug_mode("error")``.
+Exercise 2 is a benchmark report to judge row by row. Exercise 3 checks the learner's function on two
+shapes on ``device``, then runs it on CPU copies under ``utils.timing.HostReads``, which notes the common
+calls that need tensor values on the host (and so, on a GPU, wait for the device): its hints read the same
+on a CPU and on a GPU, where notebooks compare them. Only after that, on a CUDA ``device``, the check runs
+it under ``torch.cuda.set_sync_debug_mode("error")``, which catches some synchronizations that
+``HostReads`` does not list (the check then says so, and that the call is unknown to it).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ class _Step:
     """The ``fn`` handed to the learner: a little host time, then work launched on fake devices.
 
     ``work`` maps a device index to the seconds launched there on every call; ``first_call`` is extra
-    host time on the first call only (a one-time cost). Each call notes how many synchronisations had
+    host time on the first call only (a one-time cost). Each call notes how many synchronizations had
     happened when it started, so the check can tell which devices were waited for after it.
     """
 
@@ -72,11 +74,11 @@ class _Step:
 
 class _Clock:
     """The simulated clock handed to the learner; notes, at each reading, how many calls of fn and how
-    many synchronisations had happened, so the check can tell what the timed window held."""
+    many synchronizations had happened, so the check can tell what the timed window held."""
 
     def __init__(self, gpus: FakeGPUs, step: _Step) -> None:
         self.gpus, self.step = gpus, step
-        self.reads: list[tuple[int, int]] = []  # (calls of fn so far, synchronisations so far)
+        self.reads: list[tuple[int, int]] = []  # (calls of fn so far, synchronizations so far)
 
     def __call__(self) -> float:
         self.reads.append((self.step.calls, len(self.gpus.synced)))
@@ -145,6 +147,8 @@ def _machine(count: int) -> Iterator[tuple[FakeGPUs, _CpuAsked]]:
         yield gpus, cpu
 
 
+_NO_GPU = ("it called synchronize on a machine without a GPU: with devices=[cpu] there is nothing to wait for; "
+           "synchronize only the CUDA devices in devices")
 _SKIP_CPU = ("torch.cuda.synchronize(d) accepts CUDA devices only: skip the CPU, whose work is finished when the "
              "call that issued it returns")
 
@@ -167,7 +171,7 @@ def _time_it(answer, gpus: FakeGPUs, cpu: _CpuAsked, step: _Step, devices: list[
     expect(
         gpus.synced != [],
         "it never waits for a device, so the clock measured how fast Python launched the work, not the work "
-        "itself. Synchronise every device in devices before reading the clock.",
+        "itself. Synchronize every device in devices before reading the clock.",
     )
     expect(
         len(clock.reads) >= 2,
@@ -187,22 +191,22 @@ def _too_short(clock: _Clock, slow: torch.device, result: float, devices: list[t
     took = f"fn's slowest work takes {clock.step.one_call * 1e3:.1f} ms (on {slow}), and the time returned is " \
            f"{result * 1e3:.1f} ms"
     if slow in after:
-        return f"{took}: start the clock before calling fn, and read it again after synchronising."
+        return f"{took}: start the clock before calling fn, and read it again after synchronizing."
     if slow in clock.gpus.synced[clock.window()[1][1]:]:
-        return f"{took}: read the clock after synchronising, not before."
+        return f"{took}: read the clock after synchronizing, not before."
     if not after:
         return (f"{took}: it does not wait after fn, so the clock stopped when the work was launched. "
-                "Synchronise every device after fn too, then read the clock.")
+                "Synchronize every device after fn too, then read the clock.")
     if strays:
         return (f"{took}: after fn it waited for {_names(strays)}, which devices [{_names(devices)}] does not hold, "
-                f"and not for {slow}. Synchronise each device d of devices itself, torch.cuda.synchronize(d): "
+                f"and not for {slow}. Synchronize each device d of devices itself, torch.cuda.synchronize(d): "
                 "its place in the list (enumerate(devices), range(len(devices))) is not its CUDA index, and a bare "
                 "torch.cuda.synchronize() waits for the current device (cuda:0) only.")
     if set(after) == {_cuda(0)}:
         return (f"{took}: after fn it waited for cuda:0 only. torch.cuda.synchronize() without an argument "
-                "waits for the current device (cuda:0) only: synchronise every device d in devices.")
+                "waits for the current device (cuda:0) only: synchronize every device d in devices.")
     return (f"{took}: after fn it waited for {_names(dict.fromkeys(after))} but not for {slow}. "
-            "Synchronise every device in devices, whatever their number and order.")
+            "Synchronize every device in devices, whatever their number and order.")
 
 
 def _too_long(clock: _Clock, devices: list[torch.device], result: float) -> str:
@@ -210,10 +214,10 @@ def _too_long(clock: _Clock, devices: list[torch.device], result: float) -> str:
     before = clock.synced_before_start()
     if before is not None and not set(before) >= {d for d in devices if d.type != "cpu"}:
         return (f"{took}: the work of the call before (a warm-up) was still queued when the clock started. "
-                "Synchronise every device before starting the clock.")
+                "Synchronize every device before starting the clock.")
     if clock.timed_calls() > 1:
         return f"{took}: return the time of one call (divide by the number of calls you timed)."
-    return f"{took}: time one call of fn, from a clock reading after synchronising to one after synchronising."
+    return f"{took}: time one call of fn, from a clock reading after synchronizing to one after synchronizing."
 
 
 @exercise("Exercise 1 · Fix this timing code")
@@ -239,7 +243,7 @@ def check_fixed_timer(time_on_devices: Callable[..., float]) -> None:
             expect(
                 result <= 1.1 * step.one_call,
                 f"fn takes {step.one_call * 1e3:.1f} ms, and the time returned is {result * 1e3:.1f} ms: 200 ms of "
-                f"work queued on cuda:{k} before the call were billed to fn. Synchronise every device in devices "
+                f"work queued on cuda:{k} before the call were billed to fn. Synchronize every device in devices "
                 f"before starting the clock{bare}.",
             )
     # 3. The first call pays a one-time cost (think: CUDA context, cuBLAS handle) that is not fn's time.
@@ -265,8 +269,7 @@ def check_fixed_timer(time_on_devices: Callable[..., float]) -> None:
         step = _Step(gpus, {}, host=0.003)  # CPU work only: done when fn returns
         clock = _Clock(gpus, step)
         with learner_code("calling time_on_devices(fn, [cpu], clock) on a machine without a GPU",
-                          "with devices=[cpu] there is nothing to synchronise: call torch.cuda.synchronize only "
-                          "for CUDA devices (a machine without a GPU has none to wait for)"):
+                          causes={"synchronize called, but this (fake) machine has no": _NO_GPU}):
             result = time_on_devices(step, [CPU], clock)
         expect(isinstance(result, int | float) and abs(result - 0.003) < 3e-4,
                f"fn spends 3 ms on the CPU, and with devices=[cpu] the time returned is {result!r}: read the clock "
@@ -278,14 +281,14 @@ def check_fixed_timer(time_on_devices: Callable[..., float]) -> None:
 #: A benchmark report from a machine with two identical GPUs. One step is four equal chunks of matrix
 #: products, 10 ms each on either GPU. Each row: how it was measured → milliseconds.
 REPORT: dict[str, tuple[str, float]] = {
-    "A": ("first call ever, 4 chunks on cuda:0, each device synchronised before and after", 412.0),
-    "B": ("4 chunks on cuda:0, time.perf_counter() around the launches, no synchronisation", 0.21),
-    "C": ("4 chunks on cuda:0, each device synchronised before and after, median of 20 after warm-up", 40.3),
+    "A": ("first call ever, 4 chunks on cuda:0, each device synchronized before and after", 412.0),
+    "B": ("4 chunks on cuda:0, time.perf_counter() around the launches, no synchronization", 0.21),
+    "C": ("4 chunks on cuda:0, each device synchronized before and after, median of 20 after warm-up", 40.3),
     "D": ("1 chunk on cuda:0 and 3 on cuda:1, torch.cuda.synchronize() before and after, median of 20 "
           "after warm-up", 10.2),
-    "E": ("2 chunks on each GPU, each device synchronised before and after, median of 20 after warm-up", 20.4),
+    "E": ("2 chunks on each GPU, each device synchronized before and after, median of 20 after warm-up", 20.4),
     "F": ("2 chunks on each GPU, one run right after a 50 ms copy to cuda:1 was queued, each device "
-          "synchronised after but not before", 70.5),
+          "synchronized after but not before", 70.5),
 }
 
 #: What can be said of a row, by key.
@@ -303,8 +306,8 @@ _HINTS = {
     ("A", "ok"): "A is the first call ever: a steady-state step does not pay for creating the CUDA context and "
                  "cuBLAS handles again.",
     ("A", None): "A waited for both devices, and its label says what makes it slow: the first call ever.",
-    ("B", "ok"): "B never synchronised: 0.21 ms is how long Python took to launch the work.",
-    ("B", None): "B's label says no synchronisation: what does a stopwatch around launches measure?",
+    ("B", "ok"): "B never synchronized: 0.21 ms is how long Python took to launch the work.",
+    ("B", None): "B's label says no synchronization: what does a stopwatch around launches measure?",
     ("C", None): "C follows every rule: 4 chunks of 10 ms on one GPU take 40 ms.",
     ("D", "ok"): "D reports 10 ms although cuda:1 had 3 chunks, 30 ms of work, and E with 2 + 2 chunks takes 20 ms. "
                  "Which device does torch.cuda.synchronize() without an argument wait for?",
@@ -313,7 +316,7 @@ _HINTS = {
     ("D", "earlier-work"): "earlier work would make D larger, not smaller than what its GPUs had to do.",
     ("E", None): "E is consistent: two chunks on each GPU, both working at once, take 20 ms.",
     ("F", "ok"): "F took 70 ms for 20 ms of work per GPU: what was still queued on cuda:1 when the clock started?",
-    ("F", None): "F synchronised each device after the step, so nothing was missed at the end: the extra 50 ms "
+    ("F", None): "F synchronized each device after the step, so nothing was missed at the end: the extra 50 ms "
                  "come from before it.",
 }
 
@@ -321,7 +324,7 @@ _HINTS = {
 @exercise("Exercise 2 · Which rows can you trust?")
 def check_report(answer: Callable[[], tuple[dict[str, str], float]]) -> None:
     """``answer()`` returns ``(verdicts, should_be_ms)``: a key of ``REASONS`` for every row of ``REPORT``,
-    and the milliseconds that D, the one row that synchronised yet reports less than its step takes, should
+    and the milliseconds that D, the one row that synchronized yet reports less than its step takes, should
     show."""
     with learner_code("calling your answer()"):
         result = answer()
@@ -353,16 +356,22 @@ def check_report(answer: Callable[[], tuple[dict[str, str], float]]) -> None:
     )
 
 
-# --- Exercise 3 · a masked mean without a hidden synchronisation ------------------------------------
+# --- Exercise 3 · a masked mean without a hidden synchronization ------------------------------------
 
-_X = torch.tensor([[1.0, -2.0, 3.0, 0.5, 4.0],
+#: Two batches, so that an answer written for one shape (a literal 4 or 5, a squeeze that also drops a batch
+#: of one) is caught: (4, 5) with rows of two, none, all and one True entries; (1, 3) with one row.
+_CASES = (
+    (torch.tensor([[1.0, -2.0, 3.0, 0.5, 4.0],
                    [2.0, 2.0, -1.0, 5.0, 1.5],
                    [-3.0, 1.0, 1.0, 2.0, -0.5],
-                   [0.25, 8.0, -4.0, 1.0, 2.0]])
-_MASK = torch.tensor([[True, False, True, False, False],    # two entries
-                      [False, False, False, False, False],  # none: the mean is 0
-                      [True, True, True, True, True],       # all
-                      [False, True, False, False, False]])  # one
+                   [0.25, 8.0, -4.0, 1.0, 2.0]]),
+     torch.tensor([[True, False, True, False, False],    # two entries
+                   [False, False, False, False, False],  # none: the mean is 0
+                   [True, True, True, True, True],       # all
+                   [False, True, False, False, False]])),  # one
+    (torch.tensor([[2.0, -1.0, 4.5]]),
+     torch.tensor([[True, False, True]])),
+)
 
 
 def _reference(x: torch.Tensor, mask: torch.Tensor) -> list[float]:
@@ -373,9 +382,15 @@ def _reference(x: torch.Tensor, mask: torch.Tensor) -> list[float]:
     return rows
 
 
+def _place(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A copy of ``tensor`` on ``device`` (the tests replace it to play the CUDA path on the CPU)."""
+    return tensor.clone().to(device)
+
+
 @contextlib.contextmanager
 def _sync_errors(device: torch.device) -> Iterator[None]:
-    """On a CUDA device: an operation that synchronises with the host raises instead of waiting."""
+    """On a CUDA device: an operation that synchronizes with the host raises instead of waiting (for the
+    operations that ``torch.cuda.set_sync_debug_mode`` covers, which are not all of them)."""
     if device.type != "cuda":
         yield
         return
@@ -388,56 +403,86 @@ def _sync_errors(device: torch.device) -> Iterator[None]:
 
 
 _NEEDS_HOST = (
-    "needs the values on the host. On a GPU the host then waits for the device: a hidden synchronisation. "
+    "needs the values on the host. On a GPU the host then waits for the device: a hidden synchronization. "
     "Keep every shape fixed and every value on the device: torch.where(mask, x, 0) or x * mask, then sums."
 )
 
 
-@exercise("Exercise 3 · A masked mean without a hidden synchronisation")
+def _shape(t: torch.Tensor) -> str:
+    return str(tuple(t.shape))
+
+
+@exercise("Exercise 3 · A masked mean without a hidden synchronization")
 def check_masked_mean(masked_mean: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
                       device: torch.device | str = CPU) -> None:
     """``masked_mean(x, mask)``: per row of ``x`` (batch, n), the mean of the entries where ``mask`` is True
-    (0 for a row without any), on ``x``'s device, with no operation that needs the values on the host."""
+    (0 for a row without any), on ``x``'s device, with no operation that needs the values on the host.
+
+    The values are checked on ``device`` for two shapes. What the answer asks of the host is watched with
+    ``HostReads`` on CPU copies, so that the hint is the same on every machine; on a CUDA ``device`` the
+    answer then runs under ``torch.cuda.set_sync_debug_mode("error")`` too, which catches synchronizations
+    that ``HostReads`` does not list (the cause is then unknown to the check)."""
     device = torch.device(device)
-    x, mask = _X.clone().to(device), _MASK.clone().to(device)
-    with learner_code("calling masked_mean(x, mask) on a (4, 5) batch"), _sync_errors(device):
-        try:
+    for x_ref, mask_ref in _CASES:
+        batch, n = x_ref.shape
+        x, mask = _place(x_ref, device), _place(mask_ref, device)
+        with learner_code(f"calling masked_mean(x, mask) on a {_shape(x_ref)} batch"):
             out = masked_mean(x, mask)
-        except RuntimeError as err:
-            if device.type == "cuda" and "synchroniz" in str(err):
-                expect(False, f"on {device} it synchronised with the host: it {_NEEDS_HOST}")
-            raise
-    expect(isinstance(out, torch.Tensor), f"return a tensor, got {type(out).__name__}")
-    expect(torch.equal(x.cpu(), _X) and torch.equal(mask.cpu(), _MASK),
-           "masked_mean changed its input in place: compute a new tensor (masked_fill, not masked_fill_)")
-    expect(out.device == x.device, f"the result is on {out.device}, the input on {x.device}: keep it on x's device")
-    expect(
-        out.shape == (4,),
-        f"x has shape (4, 5) and the result {tuple(out.shape)}: one mean per row (reduce over the last dim only)",
-    )
-    expect(out.is_floating_point(), f"the means must be floating point, got {out.dtype}")
-    got, want = out.detach().cpu().tolist(), _reference(_X, _MASK)
-    expect(
-        not math.isnan(got[1]),
-        "row 1 has no True entry and its mean came out nan (0 / 0): divide by the count clamped to at least 1, "
-        "or use torch.where, so such a row gives 0",
-    )
-    divided_by_n = (torch.where(_MASK, _X, 0.0).sum(-1) / _X.shape[-1]).tolist()
-    expect(
-        not all(math.isclose(g, d, abs_tol=1e-5) for g, d in zip(got, divided_by_n, strict=True)),
-        "it divides every row by its length (5): divide by the number of True entries in the row instead",
-    )
-    for row, (g, w) in enumerate(zip(got, want, strict=True)):
-        expect(math.isclose(g, w, abs_tol=1e-5), f"row {row} should have mean {w:g}, got {g:g}")
+        expect(isinstance(out, torch.Tensor), f"return a tensor, got {type(out).__name__}")
+        inputs = (("x", x, x_ref), ("mask", mask, mask_ref))
+        changed = [name for name, t, ref in inputs if not torch.equal(t.cpu(), ref)]
+        expect(not changed, f"masked_mean changed {' and '.join(changed)} in place: compute a new tensor and "
+                            "leave the inputs as they were")
+        expect(out.device == x.device, f"the result is on {out.device}, the input on {x.device}: keep it on x's device")
+        if batch == 1 and out.shape == ():
+            seen = "the batch dim is gone: a batch of one row still needs a result of shape (1,)"
+        elif out.shape == ():
+            seen = "one number for the whole batch: reduce over the last dim only"
+        else:
+            seen = f"one mean per row, shape ({batch},)"
+        expect(out.shape == (batch,), f"x has shape {_shape(x_ref)} and the result {_shape(out)}: {seen}")
+        expect(out.is_floating_point(), f"the means must be floating point, got {out.dtype}")
+        got, want = out.detach().cpu().tolist(), _reference(x_ref, mask_ref)
+        for row, keep in enumerate(mask_ref.tolist()):
+            expect(
+                any(keep) or not math.isnan(got[row]),
+                f"row {row} of the {_shape(x_ref)} batch has no True entry and its mean came out nan (0 / 0): divide "
+                "by the count clamped to at least 1, or use torch.where, so such a row gives 0",
+            )
+        divided_by_n = (torch.where(mask_ref, x_ref, 0.0).sum(-1) / n).tolist()
+        expect(
+            not all(math.isclose(g, d, abs_tol=1e-5) for g, d in zip(got, divided_by_n, strict=True)),
+            f"in the {_shape(x_ref)} batch it divides every row by its length ({n}): divide by the number of True "
+            "entries in the row instead",
+        )
+        for row, (g, w) in enumerate(zip(got, want, strict=True)):
+            expect(math.isclose(g, w, abs_tol=1e-5),
+                   f"row {row} of the {_shape(x_ref)} batch should have mean {w:g}, got {g:g}")
     # What needs the values on the host (on a GPU, each such call waits for the device), and tensors made
     # on the default device instead of x's (on a CPU-only machine both are the CPU; on a GPU they are not).
-    with learner_code("calling masked_mean(x, mask) again, watching what it asks of the host"), \
-            HostReads() as reads, _DefaultDeviceFactories() as made:
-        masked_mean(_X.clone(), _MASK.clone())
-    expect(not reads, f"it calls {', '.join(dict.fromkeys(reads))}, which {_NEEDS_HOST}")
-    expect(not made, f"it creates a tensor with {made[0] if made else ''} and no device=: that lands on the default "
-                     "device (the CPU), not on x's device. Pass device=x.device, or build it from x (torch.zeros_like, "
-                     "x.new_zeros)")
+    # Watched on CPU copies, so that the verdict and its words are the same on a CPU and on a GPU.
+    for x_ref, mask_ref in _CASES:
+        with learner_code(f"calling masked_mean(x, mask) again on a {_shape(x_ref)} batch, watching what it asks "
+                          "of the host"), HostReads() as reads, _DefaultDeviceFactories() as made:
+            masked_mean(x_ref.clone(), mask_ref.clone())
+        expect(not reads, f"it calls {', '.join(dict.fromkeys(reads))}, which {_NEEDS_HOST}")
+        expect(not made, f"it creates a tensor with {made[0] if made else ''} and no device=: that lands on the "
+                         "default device (the CPU), not on x's device. Pass device=x.device, or build it from x "
+                         "(torch.zeros_like, x.new_zeros)")
+    # On a GPU: the synchronizations HostReads does not list.
+    if device.type == "cuda":
+        for x_ref, mask_ref in _CASES:
+            x, mask = _place(x_ref, device), _place(mask_ref, device)
+            with learner_code(f"calling masked_mean(x, mask) on {device.type} under "
+                              "torch.cuda.set_sync_debug_mode('error')"), _sync_errors(device):
+                try:
+                    masked_mean(x, mask)
+                except RuntimeError as err:
+                    if "synchroniz" not in str(err):
+                        raise
+                    expect(False, "on the GPU, under torch.cuda.set_sync_debug_mode('error'), a call it makes "
+                                  "synchronized with the host. HostReads listed none of its calls, so which one "
+                                  f"it was is unknown here; the error said: {err}. That call {_NEEDS_HOST}")
 
 
 class _DefaultDeviceFactories(TorchFunctionMode):
