@@ -102,7 +102,7 @@ def xavier_with_relu_gain(m):
         nn.init.zeros_(m.bias)
 
 
-def linear_and_conv(m):  # the popular snippet that also initialises convolutions
+def linear_and_conv(m):  # the popular snippet that also initializes convolutions
     if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d)):
         nn.init.xavier_uniform_(m.weight)
         nn.init.zeros_(m.bias)
@@ -156,6 +156,40 @@ def xavier_drops_the_bias(m):  # "zero biases" by removing them
         m.bias = None
 
 
+def xavier_inside_sequentials(m):  # initializes the linear children of an nn.Sequential, never m itself
+    if isinstance(m, nn.Sequential):
+        for c in m:
+            if isinstance(c, nn.Linear):
+                nn.init.xavier_uniform_(c.weight)
+                if c.bias is not None:
+                    nn.init.zeros_(c.bias)
+
+
+def xavier_children_only(m):  # the linear children of any module: a bare layer has none
+    for c in m.children():
+        if isinstance(c, nn.Linear):
+            nn.init.xavier_uniform_(c.weight)
+            if c.bias is not None:
+                nn.init.zeros_(c.bias)
+
+
+def xavier_below_the_root(m):  # every module below m, m itself skipped
+    for sub in list(m.modules())[1:]:
+        if isinstance(sub, nn.Linear):
+            nn.init.xavier_uniform_(sub.weight)
+            if sub.bias is not None:
+                nn.init.zeros_(sub.bias)
+
+
+def xavier_on_a_copy(m):  # fills copies: the layer keeps its values
+    if isinstance(m, nn.Linear):
+        nn.init.xavier_uniform_(m.weight.detach().clone())
+        if m.bias is not None:
+            nn.init.zeros_(m.bias.detach().clone())
+
+
+_CONTAINER_ONLY = "your function initializes a container's children, not m itself"
+
 XAVIER_WRONG = [
     (xavier_type_test, "isinstance(m, nn.Linear), not type(m) == nn.Linear"),
     (xavier_ignores_the_bias, "(an nn.Linear, 300→200) still has non-zero biases: set them with nn.init.zeros_"),
@@ -168,17 +202,27 @@ XAVIER_WRONG = [
     (bound_of_the_default, "Xavier gives sqrt(2 / (fan_in + fan_out))"),
     (zeroes_every_bias, "the LayerNorm and the Conv1d changed"),
     (every_matrix, "layer 0 (an nn.Linear, 300→200) still has non-zero biases"),
-    (no_type_test, "test the module first (isinstance(m, nn.Linear)): ReLU has no weight"),
+    (no_type_test, "a module without a weight (ReLU has none): test the module first, isinstance(m, nn.Linear)"),
     (xavier_on_the_bias, "a bias needs nn.init.zeros_"),
     (xavier_with_relu_gain, "with its default gain"),
-    (linear_and_conv, "the Conv1d changed: initialise linear layers only"),
-    (any_two_dim_weight, "the Embedding changed: initialise linear layers only"),
+    (linear_and_conv, "the Conv1d changed: initialize linear layers only"),
+    (any_two_dim_weight, "the Embedding changed: initialize linear layers only"),
     (edited_without_no_grad, "inside `with torch.no_grad():`"),
     (xavier_class_name_test, "not type(m) == nn.Linear or its class name"),
     (xavier_frozen_to_edit, "layer 0's weight no longer requires grad, so it would never train"),
-    (xavier_no_bias_guard, "a layer built with bias=False has m.bias None: skip its bias (if m.bias is not None)"),
+    (xavier_no_bias_guard, "a layer built with bias=False has m.bias None. Skip its bias (if m.bias is not None)"),
     (xavier_skips_bias_free_layers, "bias=False) did not get Xavier weights: a layer without a bias is a linear"),
     (xavier_drops_the_bias, "(an nn.Linear, 300→200)'s bias is None now: assigning m.bias = None removes"),
+    (xavier_inside_sequentials, "layer 1.proj (an nn.Linear, 240→60, an attribute of a custom module) was left as "
+                                "it was, while the layers of a flat nn.Sequential were initialized. A bare nn.Linear "
+                                "given to apply is left as it is too, while the same layer inside an nn.Sequential "
+                                "is initialized: " + _CONTAINER_ONLY),
+    (xavier_children_only, "a bare nn.Linear(250, 90) given to apply itself was left as it was, while the layers of "
+                           "a flat nn.Sequential were initialized; the same layer inside an nn.Sequential is "
+                           "initialized: " + _CONTAINER_ONLY),
+    (xavier_below_the_root, "a bare nn.Linear(250, 90) given to apply itself was left as it was"),
+    (xavier_on_a_copy, "layer 0 (an nn.Linear, 300→200) was left as it was: net.apply(init_xavier) changed neither "
+                       "its weight nor its bias: why is not known from here"),
 ]
 
 
@@ -221,7 +265,17 @@ def xavier_via_parameters(m):
             (nn.init.xavier_uniform_ if name == "weight" else nn.init.zeros_)(p)
 
 
-@pytest.mark.parametrize("right", [xavier_by_hand, xavier_under_no_grad, xavier_copied_in, xavier_via_parameters])
+def xavier_every_module_below(m):  # right, if wasteful: each layer is drawn again for each of its ancestors
+    for sub in m.modules():
+        if isinstance(sub, nn.Linear):
+            nn.init.xavier_uniform_(sub.weight)
+            if sub.bias is not None:
+                nn.init.zeros_(sub.bias)
+
+
+@pytest.mark.parametrize(
+    "right", [xavier_by_hand, xavier_under_no_grad, xavier_copied_in, xavier_via_parameters, xavier_every_module_below]
+)
 def test_init_xavier_accepts_right_answers(right):
     assert outcome(check_init_xavier, right) == ("passed", "")
 
@@ -407,10 +461,41 @@ def lazy_frozen_to_edit(net, example_input):
     return net
 
 
+def lazy_below_the_root(net, example_input):  # skips "the container", and with it a bare layer
+    net(example_input)
+    for m in list(net.modules())[1:]:
+        _kaiming(m)
+    return net
+
+
+def lazy_walks_the_children(net, example_input):  # a recursive walk over children, never net itself
+    net(example_input)
+
+    def walk(module):
+        for child in module.children():
+            _kaiming(child)
+            walk(child)
+
+    walk(net)
+    return net
+
+
+def lazy_loops_over_net(net, example_input):  # one level down by hand; a bare layer is not iterable
+    net(example_input)
+    for m in net:
+        for sub in m if isinstance(m, nn.Sequential) else [m]:
+            _kaiming(sub)
+    return net
+
+
+_ROOT_LEFT_OUT = ("a bare nn.LazyLinear(200) given as the network kept nn.Linear's default init (std 0.0472, "
+                  "1/sqrt(3 fan_in) = 0.0471), while the layers inside a network were initialized: your walk leaves "
+                  "out net itself")
+
 LAZY_WRONG = [
     (lazy_init_before_dry_run_type_test, "your init never ran. Dry run first, then test isinstance(m, nn.Linear)"),
     (lazy_test_on_lazy_linear, "a test on nn.LazyLinear finds none"),
-    (lazy_by_dimension, "the LayerNorm changed: initialise the linear layers only"),
+    (lazy_by_dimension, "the LayerNorm changed: initialize the linear layers only"),
     (lazy_dummy_with_the_dtype, "a tensor made for it (torch.randn, torch.ones) lands on the default device"),
     (lazy_inference_mode, "layer 0's weight is an inference tensor"),
     (lazy_frozen_to_edit, "layer 0's weight no longer requires grad"),
@@ -427,6 +512,10 @@ LAZY_WRONG = [
     (lazy_wrong_width, "must have weight shape (256, 300), it has (256, 256)"),
     (lazy_top_level_only, "net.children() (or `for m in net`) visits the top level only"),
     (lazy_drops_the_bias, "layer 0's bias is None now: assigning m.bias = None removes the bias"),
+    (lazy_below_the_root, _ROOT_LEFT_OUT),
+    (lazy_walks_the_children, _ROOT_LEFT_OUT),
+    (lazy_loops_over_net, "raised TypeError: 'Linear' object is not iterable. Likely cause: the network here is a "
+                          "single layer, not a container, and `for m in net` needs a container"),
 ]
 
 
@@ -434,7 +523,7 @@ LAZY_WRONG = [
 def test_initialize_lazy_rejects(wrong, hint):
     verdict, message = outcome(check_initialize_lazy, wrong)
     assert verdict == "failed"
-    assert message.startswith("Exercise 2 · Initialise a lazy network: not yet.")
+    assert message.startswith("Exercise 2 · Initialize a lazy network: not yet.")
     assert hint in message
 
 
@@ -582,11 +671,30 @@ def optimizer_inference_mode(net, example_input):
     return torch.optim.SGD(_groups(net.parameters()), lr=0.1)
 
 
+def optimizer_by_layer_type(net, example_input):  # by type, and a layer built with bias=False gives None
+    net(example_input)
+    linears = [m for m in net.modules() if isinstance(m, nn.Linear)]
+    norms = [m for m in net.modules() if isinstance(m, nn.BatchNorm1d)]
+    return torch.optim.SGD([{"params": [m.weight for m in linears], "weight_decay": 1e-4},
+                            {"params": [m.bias for m in linears] + [p for m in norms for p in m.parameters()],
+                             "weight_decay": 0.0}], lr=0.1)
+
+
+def optimizer_top_level_own_params(net, example_input):  # recurse=False on the children: misses a nested layer
+    net(example_input)
+    return torch.optim.SGD(_groups(p for m in net.children() for p in m.parameters(recurse=False)), lr=0.1)
+
+
+def optimizer_children_params(net, example_input):  # the children's parameters: a bare layer has no children
+    net(example_input)
+    return torch.optim.SGD(_groups(p for m in net.children() for p in m.parameters()), lr=0.1)
+
+
 OPTIMIZER_WRONG = [
     (optimizer_before_dry_run, "placeholder parameter reports p.ndim == 1"),
     (optimizer_without_dry_run, "still uninitialized"),
     (optimizer_dim_before_dry_run, "no shape (p.dim(), p.shape, p.numel()) until the dry run"),
-    (optimizer_decays_everything, "0.bias is 1-D (a bias or a normalisation scale): it must get weight_decay=0"),
+    (optimizer_decays_everything, "0.bias is 1-D (a bias or a normalization scale): it must get weight_decay=0"),
     (optimizer_groups_by_name, "1.weight is 1-D"),
     (optimizer_decays_the_vectors, "the condition is upside down"),
     (optimizer_linear_layers_only, "the optimizer does not hold 1.weight"),
@@ -599,6 +707,15 @@ OPTIMIZER_WRONG = [
     (optimizer_one_row_dry_run, "run the network on the whole example batch"),
     (optimizer_float32_cpu_dummy, "a tensor made for it (torch.randn, torch.ones) lands on the default device"),
     (optimizer_inference_mode, "layer 0's weight is an inference tensor"),
+    (optimizer_by_layer_type, "raised TypeError: optimizer can only optimize Tensors, but one of the params is "
+                              "NoneType. Likely cause: a None went into a group: a layer built with bias=False has "
+                              "m.bias None"),
+    (optimizer_top_level_own_params, "on a nested network (an nn.Sequential inside an nn.Sequential), the optimizer "
+                                     "does not hold 0.0.weight: every parameter must be in a group. The flat "
+                                     "network's parameters were all held, this one sits a level down"),
+    (optimizer_children_params, "with a bare nn.LazyLinear(5) as the network, the optimizer does not hold weight: "
+                                "every parameter must be in a group. The nested network's parameters were all held; "
+                                "here the network is the layer itself"),
 ]
 
 
@@ -611,7 +728,7 @@ def test_lazy_optimizer_rejects(wrong, hint):
 
 
 def optimizer_built_first_grouped_by_module(net, example_input):
-    # Built before the dry run, and right: torch materialises each placeholder in place (the same object
+    # Built before the dry run, and right: torch materializes each placeholder in place (the same object
     # becomes a Parameter), and these groups are chosen by module, not by shape.
     weights = [m.weight for m in net.modules() if isinstance(m, nn.Linear)]
     rest = [p for p in net.parameters() if all(p is not w for w in weights)]

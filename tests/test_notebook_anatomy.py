@@ -8,6 +8,7 @@ import re
 
 import nbformat
 import pytest
+from IPython.core.inputtransformer2 import TransformerManager
 
 from conftest import HARDWARE_TAGS
 from tools import course
@@ -184,7 +185,7 @@ def exercise_checks(nb) -> list[str]:
     """The exercise checks the chapter imports (``from utils.exercises.chNN import check_..., ...``)."""
     names = []
     for c in code_cells(nb):
-        for node in ast.walk(ast.parse(c.source.replace("%pip", "pass  #"))):
+        for node in ast.walk(ast.parse(TransformerManager().transform_cell(c.source))):  # magics as IPython runs them
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("utils.exercises."):
                 names += [a.asname or a.name for a in node.names if a.name.startswith("check_")]
     return names

@@ -3,7 +3,7 @@
 Used by chapter 02 (§ 7). Three layers, each usable without the next:
 
 * :func:`explore` (pure, CPU, seeded) builds a stack of ``depth`` linear layers, the first
-  ``fan_in → width`` and the others ``width → width``, initialises every weight with one scheme
+  ``fan_in → width`` and the others ``width → width``, initializes every weight with one scheme
   (biases are zero, so the weights alone decide), pushes a batch of standard-normal inputs through it
   and returns an :class:`ExplorerResult`: the first layer's weights, the std the scheme's formula
   predicts for them, and the mean and std of every layer's **pre-activation** ``y_l = W_l x_l`` (the
@@ -190,7 +190,7 @@ def explore(
     batch: int = 256,
     seed: int = 0,
 ) -> ExplorerResult:
-    """Initialise a ``depth``-layer stack with ``scheme`` and measure the signal layer by layer.
+    """Initialize a ``depth``-layer stack with ``scheme`` and measure the signal layer by layer.
 
     The input is ``batch`` rows of standard-normal noise (variance 1). The theory line follows
     ``Var(y_1) = fan_in * s_1**2`` and ``Var(y_l) = width * s_l**2 * k * Var(y_{l-1})``, with ``s_l`` the

@@ -1,13 +1,16 @@
 """Checks for chapter 02 · Parameters: access, initialization, lazy init.
 
-Each check builds its own small, seeded network on the CPU and leaves the global random generator as it
-found it. One layer (or the example input) is float64, a stand-in for "another device": an answer that
-assigns a freshly made tensor keeps neither the layer's dtype nor its device, and float64 shows it on
-any machine. Exercises 2 and 3 also run the answer on a network and an example on ``meta`` (no data, no
-cost), where a dry run on a tensor made with the default device fails as it would on a GPU. Every
-initialised parameter must still be trainable (requires grad, not an inference tensor). Distributions
-are checked by their family (a Kolmogorov–Smirnov distance to the uniform or normal law), not only by
-their std.
+Each check builds its own small, seeded networks on the CPU and leaves the global random generator as it
+found it. Every answer runs on a flat network, on a nested one (a layer a level down, or inside a custom
+module) and on a bare layer given as the network itself, and Exercises 1 and 3 on layers with and without a
+bias: a walk that stops at the top level, or that acts only on a container's children, shows. One layer (or
+the example input) is float64, a stand-in for "another device": an answer that assigns a freshly made tensor
+keeps neither the layer's dtype nor its device, and float64 shows it on any machine. Exercises 2 and 3 also
+run the answer on a network and an example on ``meta`` (no data, no cost), where a dry run on a tensor made
+with the default device fails as it would on a GPU. Every initialized parameter must still be trainable
+(requires grad, not an inference tensor). Distributions are checked by their family (a Kolmogorov–Smirnov
+distance to the uniform or normal law), not only by their std. A hint says what was observed; where the
+cause cannot be told from that, it says so.
 """
 
 from __future__ import annotations
@@ -72,6 +75,15 @@ def _expect_dry_run_where_the_example_is(answer: Callable[..., object], call: st
     expect(net[0].weight.shape == (8, 5), f"on the 'meta' device, the dry run did not run: {_ELSEWHERE}")
 
 
+#: Errors an answer raises when the network is a single layer, not a container.
+_NOT_A_CONTAINER = {
+    "object is not iterable": "the network here is a single layer, not a container, and `for m in net` needs a "
+                              "container: walk it with net.modules() or net.apply(...), which include net itself",
+    "object is not subscriptable": "the network here is a single layer, not a container, and net[i] needs a "
+                                   "container: walk it with net.modules() or net.apply(...), which include net itself",
+}
+
+
 def _std_matches(weight: torch.Tensor, std: float) -> bool:
     """The sample std of ``weight`` is within five standard errors of ``std`` (and the mean near 0)."""
     w = weight.detach().double()
@@ -105,6 +117,76 @@ def _xavier_std(m: nn.Linear) -> float:
     return math.sqrt(2.0 / (m.in_features + m.out_features))
 
 
+#: Errors an Exercise 1 answer raises, and what each tells.
+_XAVIER_ERRORS = {
+    "object has no attribute 'weight'": "your function reached a module without a weight (ReLU has none): test the "
+                                        "module first, isinstance(m, nn.Linear)",
+    "object has no attribute 'bias'": "your function reached a module without a bias (ReLU has none): test the "
+                                      "module first, isinstance(m, nn.Linear)",
+    "'NoneType' object has no attribute": "a None reached nn.init: a layer built with bias=False has m.bias None. "
+                                          "Skip its bias (if m.bias is not None), but still initialize its weight",
+    "fewer than 2 dimensions": "Xavier was given a tensor of fewer than 2 dimensions (a bias, or LayerNorm's 1-D "
+                               "weight): Xavier fills a 2-D weight, a bias needs nn.init.zeros_, and the test "
+                               "isinstance(m, nn.Linear) keeps other layers out",
+}
+
+
+class _Block(nn.Module):
+    """A custom block, not a container class: a LayerNorm and a linear layer kept as attributes."""
+
+    def __init__(self, width: int, out: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.proj = nn.Linear(width, out)
+
+
+def _why_left_alone(init_fn: Callable[[nn.Module], object], *, bare: bool) -> str:
+    """Why ``init_fn`` left a layer as it was, where a probe can tell: it may act only on a container's
+    children. Probed on fresh layers: one given to apply itself, one inside an nn.Sequential."""
+    changed = []
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(3)
+        for wrap in (False, True):
+            layer = nn.Linear(40, 30)
+            before = layer.weight.detach().clone()
+            try:
+                (nn.Sequential(layer) if wrap else layer).apply(init_fn)
+            except Exception:  # noqa: BLE001 - a probe: an error here tells nothing more
+                return ": why is not known from here. apply calls your function on every module, the root included"
+            changed.append(not torch.equal(layer.weight, before))
+    if changed == [False, True]:
+        return (("; the same layer inside an nn.Sequential is initialized" if bare else
+                 ". A bare nn.Linear given to apply is left as it is too, while the same layer inside an "
+                 "nn.Sequential is initialized") + ": your function initializes a container's children, not m itself. "
+                "apply already calls it on every module, at every depth and on the root: test m itself with "
+                "isinstance(m, nn.Linear) and fill m.weight and m.bias")
+    return (": why is not known from here. apply calls your function on every module, at every depth and on "
+            "the root: act on m itself whenever isinstance(m, nn.Linear)")
+
+
+def _expect_xavier_layer(what: str, layer: nn.Linear, *, has_bias: bool) -> None:
+    """``layer`` has Xavier-uniform weights (std and bound) and, if it has a bias, a zero one."""
+    weight = getattr(layer, "weight", None)
+    expect(isinstance(weight, torch.Tensor), f"{what} has no weight tensor now: fill it in place with "
+                                             "nn.init.xavier_uniform_(m.weight)")
+    if has_bias:
+        expect(getattr(layer, "bias", None) is not None,
+               f"{what}'s bias is None now: assigning m.bias = None removes the parameter instead of filling it. "
+               "Fill it in place with nn.init.zeros_(m.bias)")
+        expect(bool((layer.bias == 0).all()), f"{what} still has non-zero biases: set them with nn.init.zeros_(m.bias)")
+    std = _xavier_std(layer)
+    expect(
+        _std_matches(weight, std),
+        f"{what} has weights of std {weight.std().item():.4f}; Xavier gives sqrt(2 / (fan_in + fan_out)) = "
+        f"{std:.4f}. Use nn.init.xavier_uniform_ with its default gain",
+    )
+    expect(
+        weight.abs().max().item() <= math.sqrt(3) * std * (1 + 1e-6),
+        f"{what} has weights beyond the Xavier-uniform bound sqrt(6 / (fan_in + fan_out)) = {math.sqrt(3) * std:.4f}: "
+        "use the uniform variant (xavier_uniform_), not xavier_normal_",
+    )
+
+
 @exercise("Exercise 1 · An init function for Module.apply")
 def check_init_xavier(init_fn: Callable[[nn.Module], object]) -> None:
     """``net.apply(init_fn)`` gives every linear layer Xavier-uniform weights and zero biases, in place."""
@@ -124,12 +206,14 @@ def check_init_xavier(init_fn: Callable[[nn.Module], object]) -> None:
         others = _kept(net, (3, 5, 6))  # to be left alone
         before = dict(net.named_parameters())
         dtypes = {name: p.dtype for name, p in before.items()}
+        built = {name: p.detach().clone() for name, p in before.items()}
         memory = {name: p.data_ptr() for name, p in before.items()}
         with learner_code(
             "net.apply(init_xavier) on a network of Linear, ReLU, a subclass of nn.Linear, LayerNorm, Conv1d and "
             "Embedding",
-            "test the module first (isinstance(m, nn.Linear)): ReLU has no weight, and LayerNorm's 1-D "
-            "weight has no fan-in and fan-out; Xavier fills a 2-D weight, a bias needs nn.init.zeros_",
+            "not known from here: apply calls your function on the ReLU, LayerNorm, Conv1d and Embedding as well "
+            "as on the linear layers",
+            _XAVIER_ERRORS,
         ):
             net.apply(init_fn)
     linears = [net[0], net[2], net[4]]
@@ -168,13 +252,20 @@ def check_init_xavier(init_fn: Callable[[nn.Module], object]) -> None:
                 "view taken earlier no longer follows it. Fill it in place: nn.init.xavier_uniform_(m.weight), "
                 "nn.init.zeros_(m.bias)",
             )
-        expect(
-            bool((layer.bias == 0).all()),
-            f"{what}) still has non-zero biases"
-            + (": test the layer with isinstance(m, nn.Linear), not type(m) == nn.Linear or its class name "
-               "(a subclass need not have 'Linear' in its name)" if i == 2 else
-               ": set them with nn.init.zeros_(m.bias)"),
-        )
+        if all(torch.equal(getattr(layer, name), built[f"{i}.{name}"]) for name in ("weight", "bias")):
+            if i == 0:
+                why = ("why is not known from here. Check that your test matches an nn.Linear and that you fill "
+                       "m.weight and m.bias themselves (nn.init's functions work in place), not a copy")
+            elif i == 2:
+                why = ("it differs from layer 0 by its class. Test the layer with isinstance(m, nn.Linear), not "
+                       "type(m) == nn.Linear or its class name (a subclass need not have 'Linear' in its name)")
+            else:
+                why = ("it differs from layer 0 by its dtype, float64, and its place; why your function skipped it "
+                       "is not known from here")
+            expect(False, f"{what}) was left as it was: net.apply(init_xavier) changed neither its weight nor its "
+                          f"bias{'' if i == 0 else ', while layer 0 (an nn.Linear) was initialized'}: {why}")
+        expect(bool((layer.bias == 0).all()),
+               f"{what}) still has non-zero biases: set them with nn.init.zeros_(m.bias)")
         std = _xavier_std(layer)
         expect(
             _std_matches(layer.weight, std),
@@ -195,7 +286,7 @@ def check_init_xavier(init_fn: Callable[[nn.Module], object]) -> None:
     changed = _changed(net, others)
     expect(
         not changed,
-        f"the {' and the '.join(changed)} changed: initialise linear layers only and leave every other module "
+        f"the {' and the '.join(changed)} changed: initialize linear layers only and leave every other module "
         "alone. A test such as isinstance(m, (nn.Linear, nn.Conv2d)), or on the weight's number of dimensions, "
         "reaches other layers too; isinstance(m, nn.Linear) is the test",
     )
@@ -205,15 +296,50 @@ def check_init_xavier(init_fn: Callable[[nn.Module], object]) -> None:
         no_bias = nn.Sequential(nn.Linear(200, 100, bias=False))
         with learner_code(
             "net.apply(init_xavier) on a network with an nn.Linear(200, 100, bias=False)",
-            "a layer built with bias=False has m.bias None: skip its bias (if m.bias is not None), but still "
-            "initialise its weight",
+            "not known from here: what is new in this network is a linear layer built with bias=False",
+            _XAVIER_ERRORS,
         ):
             no_bias.apply(init_fn)
     weight = getattr(no_bias[0], "weight", None)
     expect(
         isinstance(weight, torch.Tensor) and weight.shape == (100, 200) and _std_matches(weight, math.sqrt(2 / 300)),
         "an nn.Linear(200, 100, bias=False) did not get Xavier weights: a layer without a bias is a linear layer "
-        "too. Test m.bias is not None only around nn.init.zeros_(m.bias), and initialise every weight",
+        "too. Test m.bias is not None only around nn.init.zeros_(m.bias), and initialize every weight",
+    )
+    # A nested network (a custom block inside nn.Sequential) and bare layers: apply calls init_fn on every
+    # module at every depth, the root included, so an answer must act on m itself.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(2)
+        nested = nn.Sequential(nn.Sequential(nn.Linear(120, 240), nn.ReLU()), _Block(240, 60))
+        with torch.no_grad():
+            nested[1].norm.weight.fill_(2.0)
+            nested[1].norm.bias.fill_(0.5)
+        norm = [p.detach().clone() for p in nested[1].norm.parameters()]
+        bare, bare_no_bias = nn.Linear(250, 90), nn.Linear(90, 250, bias=False)
+        where = {
+            "layer 0.0 (an nn.Linear, 120→240, inside an inner nn.Sequential)": nested[0][0],
+            "layer 1.proj (an nn.Linear, 240→60, an attribute of a custom module)": nested[1].proj,
+            "a bare nn.Linear(250, 90) given to apply itself": bare,
+            "a bare nn.Linear(90, 250, bias=False) given to apply itself": bare_no_bias,
+        }
+        built = {what: {n: p.detach().clone() for n, p in layer.named_parameters()} for what, layer in where.items()}
+        for root in (nested, bare, bare_no_bias):
+            kind = "a nested network (a custom module inside nn.Sequential)" if root is nested else "a bare layer"
+            with learner_code(
+                f"{type(root).__name__}.apply(init_xavier) on {kind}",
+                f"not known from here: the flat network passed, what is new is {kind}",
+                _XAVIER_ERRORS,
+            ):
+                root.apply(init_fn)
+    for what, layer in where.items():
+        params = dict(layer.named_parameters())
+        if params.keys() == built[what].keys() and all(map(torch.equal, params.values(), built[what].values())):
+            expect(False, f"{what} was left as it was, while the layers of a flat nn.Sequential were initialized"
+                          + _why_left_alone(init_fn, bare=what.startswith("a bare")))
+        _expect_xavier_layer(what, layer, has_bias=layer is not bare_no_bias)
+    expect(
+        all(map(torch.equal, nested[1].norm.parameters(), norm)),
+        "the LayerNorm inside the custom module changed: initialize linear layers only (isinstance(m, nn.Linear))",
     )
 
 
@@ -224,9 +350,21 @@ def _kaiming_std(m: nn.Linear) -> float:
     return math.sqrt(2.0 / m.in_features)
 
 
-@exercise("Exercise 2 · Initialise a lazy network")
+#: Errors an Exercise 2 answer raises, and what each tells.
+_LAZY_ERRORS = {
+    "uninitialized parameter": "a lazy layer's weight has no shape until the network has seen an input: run "
+                               "net(example_input) once, with the example itself (its width, dtype and device), "
+                               "before any nn.init call",
+    "must have the same dtype": "the network met an input of another dtype: run the dry run on example_input itself "
+                                "(its width, dtype and device), not on a tensor made for it",
+    "cannot be multiplied": "the network met an input of another width than the one its dry run saw: run the dry "
+                            "run on example_input itself (its width, dtype and device)",
+}
+
+
+@exercise("Exercise 2 · Initialize a lazy network")
 def check_initialize_lazy(initialize: Callable[[nn.Module, torch.Tensor], nn.Module]) -> None:
-    """``initialize(net, example)`` materialises every lazy layer, then gives it Kaiming-normal weights."""
+    """``initialize(net, example)`` materializes every lazy layer, then gives it Kaiming-normal weights."""
     expect(callable(initialize), "pass the function itself, e.g. check_initialize_lazy(initialize_lazy)")
     f64 = {"dtype": torch.float64}
     with torch.random.fork_rng(devices=[]):
@@ -243,11 +381,11 @@ def check_initialize_lazy(initialize: Callable[[nn.Module, torch.Tensor], nn.Mod
         with learner_code(
             "initialize_lazy(net, example_input) on a network of LazyLinear layers (one in a nested nn.Sequential) "
             "and a LayerNorm (float64, like its input)",
-            "a lazy layer's weight has no shape until the network has seen an input: run net(example_input) "
-            "once, with the example itself (its width, dtype and device), before any nn.init call",
+            "not known from here",
+            _LAZY_ERRORS,
         ):
             out = initialize(net, example)
-    expect(out is net, "return the network you were given (initialised in place)")
+    expect(out is net, "return the network you were given (initialized in place)")
     expect(
         not any(isinstance(p, nn.parameter.UninitializedParameter) for p in net.parameters()),
         "some parameters are still uninitialized: call net(example_input) once to infer the shapes",
@@ -306,9 +444,40 @@ def check_initialize_lazy(initialize: Callable[[nn.Module, torch.Tensor], nn.Mod
     )
     expect(
         not _changed(net, norm),
-        "the LayerNorm changed: initialise the linear layers only (isinstance(m, nn.Linear)). A test on "
-        "p.dim() reaches a normalisation layer's 1-D scale and shift too",
+        "the LayerNorm changed: initialize the linear layers only (isinstance(m, nn.Linear)). A test on "
+        "p.dim() reaches a normalization layer's 1-D scale and shift too",
     )
+    # A bare lazy layer given as the network: the walk must include net itself.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1)
+        bare = nn.LazyLinear(200, **f64)
+        with learner_code(
+            "initialize_lazy(layer, example_input) with a bare nn.LazyLinear(200) as the network and a (2, 150) "
+            "example",
+            "not known from here: the network passed, what is new is a single layer given as the network",
+            {**_NOT_A_CONTAINER, **_LAZY_ERRORS},
+        ):
+            out = initialize(bare, torch.rand(2, 150, **f64))
+    expect(out is bare, "given a bare layer as the network, return that layer: return the network you were given")
+    expect(
+        not isinstance(bare.weight, nn.parameter.UninitializedParameter),
+        "a bare nn.LazyLinear given as the network is still uninitialized: run it on example_input once",
+    )
+    got, std = bare.weight.std().item(), _kaiming_std(bare)
+    default_std = 1 / math.sqrt(3 * 150)
+    if not _std_matches(bare.weight, std) and math.isclose(got, default_std, rel_tol=0.05):
+        expect(False, f"a bare nn.LazyLinear(200) given as the network kept nn.Linear's default init (std {got:.4f}, "
+                      f"1/sqrt(3 fan_in) = {default_std:.4f}), while the layers inside a network were initialized: "
+                      "your walk leaves out net itself. net.children() (and `for m in net`) yield only the modules "
+                      "inside it; net.modules() and net.apply(init) include net")
+    expect(
+        _std_matches(bare.weight, std),
+        f"a bare nn.LazyLinear(200) given as the network has weights of std {got:.4f}, Kaiming normal for ReLU gives "
+        f"sqrt(2 / fan_in) = {std:.4f}; the layers inside a network passed, and why this one differs is not known "
+        "from here",
+    )
+    expect(bool((bare.bias == 0).all()), "a bare nn.LazyLinear(200) given as the network kept a non-zero bias: "
+                                          "zero it with nn.init.zeros_(m.bias)")
     # The same on 'meta', a stand-in for a GPU: the dry run must use the example where it is.
     _expect_dry_run_where_the_example_is(
         initialize, "initialize_lazy(net, example_input)",
@@ -322,37 +491,29 @@ def check_initialize_lazy(initialize: Callable[[nn.Module, torch.Tensor], nn.Mod
 WEIGHT_DECAY = 1e-4
 
 
-@exercise("Exercise 3 · An optimizer for a lazy network")
-def check_lazy_optimizer(make_optimizer: Callable[[nn.Module, torch.Tensor], torch.optim.Optimizer]) -> None:
-    """``make_optimizer(net, example)`` returns an SGD over the materialised parameters, decay on matrices."""
-    expect(callable(make_optimizer), "pass the function itself, e.g. check_lazy_optimizer(lazy_optimizer)")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        net = nn.Sequential(nn.LazyLinear(32), nn.LazyBatchNorm1d(), nn.ReLU(), nn.LazyLinear(4))
-        example = torch.rand(8, 16)
-        with learner_code(
-            "lazy_optimizer(net, example_input) on a network of LazyLinear and LazyBatchNorm1d layers",
-            "a lazy layer's parameters have no shape (p.dim(), p.shape, p.numel()) until the dry run "
-            "net(example_input); and each parameter goes into exactly one group",
-        ):
-            opt = make_optimizer(net, example)
-    expect(opt is not net, "return the optimizer, not the network")
-    expect(isinstance(opt, torch.optim.SGD), f"return a torch.optim.SGD, not {type(opt).__name__}")
+def _expect_groups(opt: object, net: nn.Module, where: str, more: str = "") -> None:
+    """``opt`` is an SGD with lr 0.1 over exactly the parameters of ``net`` (materialized), each in one group,
+    with weight decay on those of two or more dimensions only. ``where`` starts each hint ("" for the first
+    network); ``more`` is added to the hint for a parameter left out."""
+    expect(opt is not net, f"{where}return the optimizer, not the network")
+    expect(isinstance(opt, torch.optim.SGD), f"{where}return a torch.optim.SGD, not {type(opt).__name__}")
     expect(
         not any(isinstance(p, nn.parameter.UninitializedParameter) for p in net.parameters()),
-        "the network's parameters are still uninitialized: call net(example_input) once (the dry run)",
+        f"{where}the network's parameters are still uninitialized: call net(example_input) once (the dry run)",
     )
-    _expect_trainable(dict(enumerate(net)))
-    expect(all(g["lr"] == 0.1 for g in opt.param_groups), "use lr=0.1 for every group")
+    _expect_trainable({name or "net": m for name, m in net.named_modules()
+                       if next(m.parameters(recurse=False), None) is not None})
+    expect(all(g["lr"] == 0.1 for g in opt.param_groups), f"{where}use lr=0.1 for every group")
     held = [p for g in opt.param_groups for p in g["params"]]
     named = list(net.named_parameters())
     expect(
         all(any(p is q for _, q in named) for p in held),
-        "the optimizer holds tensors that are not the network's parameters (copies?): pass the parameters "
+        f"{where}the optimizer holds tensors that are not the network's parameters (copies?): pass the parameters "
         "themselves, from net.parameters() or net.named_parameters()",
     )
     for name, p in named:
-        expect(any(p is q for q in held), f"the optimizer does not hold {name}: every parameter must be in a group")
+        expect(any(p is q for q in held),
+               f"{where}the optimizer does not hold {name}: every parameter must be in a group{more}")
     decay = {id(p): g["weight_decay"] for g in opt.param_groups for p in g["params"]}
     matrices = [(name, p) for name, p in named if p.dim() >= 2]
     flat = [(name, p) for name, p in named if p.dim() < 2]
@@ -360,24 +521,85 @@ def check_lazy_optimizer(make_optimizer: Callable[[nn.Module, torch.Tensor], tor
         upside_down = any(decay[id(p)] != 0 for _, p in flat)
         expect(
             False,
-            "weight decay goes to the 1-D parameters and not to the matrices: the condition is upside down "
+            f"{where}weight decay goes to the 1-D parameters and not to the matrices: the condition is upside down "
             "(decay p.dim() >= 2)" if upside_down else
-            "no weight matrix gets weight decay. If you chose the groups before the dry run: a lazy layer's "
+            f"{where}no weight matrix gets weight decay. If you chose the groups before the dry run: a lazy layer's "
             "placeholder parameter reports p.ndim == 1 whatever its final shape. Dry run first, then group. "
             "Else check your test: a weight matrix has p.dim() == 2, so p.dim() > 2 leaves it out",
         )
     for name, p in matrices:
         expect(
             decay[id(p)] == WEIGHT_DECAY,
-            f"{name} (a {p.dim()}-D weight matrix) must get weight_decay={WEIGHT_DECAY}, it gets {decay[id(p)]}",
+            f"{where}{name} (a {p.dim()}-D weight matrix) must get weight_decay={WEIGHT_DECAY}, it gets "
+            f"{decay[id(p)]}",
         )
     for name, p in flat:
         expect(
             decay[id(p)] == 0,
-            f"{name} is 1-D (a bias or a normalisation scale): it must get weight_decay=0, it gets "
+            f"{where}{name} is 1-D (a bias or a normalization scale): it must get weight_decay=0, it gets "
             f"{decay[id(p)]}. Put every parameter with p.dim() < 2 in a group without decay (a test on the "
             "name, such as 'bias' in name, misses a norm layer's 1-D weight)",
         )
+
+
+#: Errors an Exercise 3 answer raises, and what each tells.
+_OPTIMIZER_ERRORS = {
+    "uninitialized parameter": "a lazy layer's parameters have no shape (p.dim(), p.shape, p.numel()) until the dry "
+                               "run net(example_input)",
+    "more than one parameter group": "a parameter went into two groups: each parameter goes into exactly one group",
+}
+
+#: Errors an answer raises on a network with a layer built with bias=False.
+_NO_BIAS = {
+    "optimizer can only optimize Tensors": "a None went into a group: a layer built with bias=False has m.bias "
+                                           "None. Collect the parameters that exist (net.parameters() or "
+                                           "net.named_parameters() leave a missing bias out)",
+}
+
+
+@exercise("Exercise 3 · An optimizer for a lazy network")
+def check_lazy_optimizer(make_optimizer: Callable[[nn.Module, torch.Tensor], torch.optim.Optimizer]) -> None:
+    """``make_optimizer(net, example)`` returns an SGD over the materialized parameters, decay on matrices."""
+    expect(callable(make_optimizer), "pass the function itself, e.g. check_lazy_optimizer(lazy_optimizer)")
+    hint = "not known from here"
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.LazyLinear(32), nn.LazyBatchNorm1d(), nn.ReLU(), nn.LazyLinear(4))
+        with learner_code(
+            "lazy_optimizer(net, example_input) on a network of LazyLinear and LazyBatchNorm1d layers", hint,
+            _OPTIMIZER_ERRORS,
+        ):
+            opt = make_optimizer(net, torch.rand(8, 16))
+    _expect_groups(opt, net, "")
+    # A nested network, with a layer built with bias=False, and a bare layer: every parameter at every depth,
+    # and only those that exist.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1)
+        nested = nn.Sequential(nn.Sequential(nn.LazyLinear(24), nn.LazyBatchNorm1d(), nn.ReLU()),
+                               nn.LazyLinear(6, bias=False))
+        with learner_code(
+            "lazy_optimizer(net, example_input) on a nested network (an nn.Sequential inside an nn.Sequential, "
+            "then a LazyLinear(6, bias=False)) and a (6, 10) example", hint, {**_NO_BIAS, **_OPTIMIZER_ERRORS},
+        ):
+            opt = make_optimizer(nested, torch.rand(6, 10))
+    _expect_groups(
+        opt, nested, "on a nested network (an nn.Sequential inside an nn.Sequential), ",
+        ". The flat network's parameters were all held, this one sits a level down: `for m in net` and "
+        "net.children() see the top level only, net.parameters() and net.named_parameters() reach every depth",
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(2)
+        bare = nn.LazyLinear(5)
+        with learner_code(
+            "lazy_optimizer(layer, example_input) with a bare nn.LazyLinear(5) as the network and a (3, 7) example",
+            hint, {**_NOT_A_CONTAINER, **_OPTIMIZER_ERRORS},
+        ):
+            opt = make_optimizer(bare, torch.rand(3, 7))
+    _expect_groups(
+        opt, bare, "with a bare nn.LazyLinear(5) as the network, ",
+        ". The nested network's parameters were all held; here the network is the layer itself, and its "
+        "parameters are its own: net.children() yields nothing, net.parameters() includes them",
+    )
     _expect_dry_run_where_the_example_is(
         make_optimizer, "lazy_optimizer(net, example_input)",
         nn.Sequential(nn.LazyLinear(8, device="meta"), nn.LazyBatchNorm1d(device="meta")),
