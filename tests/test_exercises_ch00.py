@@ -14,7 +14,7 @@ def stub(n):
 
 WRONG = {
     # (answer, a distinctive part of the hint it must get)
-    "zeros": (lambda n: torch.zeros(n), "every entry of ones(1) must be 1"),
+    "zeros": (lambda n: torch.zeros(n), "every entry of ones(1) must be 1, but 1 of 1 are not: entry 0 is 0.0"),
     "constant size": (lambda n: torch.ones(3), "ones(0) must have shape (0,), got (3,)"),
     "python list": (lambda n: [1.0] * n, "must return a torch.Tensor, got list"),
     "numpy array": (lambda n: np.ones(n, dtype=np.float32), "must return a torch.Tensor, got ndarray"),
@@ -31,7 +31,15 @@ WRONG = {
     "compared with zero": (lambda n: torch.zeros(n) == 0, "True is not 1.0"),
     "complex": (lambda n: torch.ones(n, dtype=torch.complex64), "leave the dtype at torch's default, float32"),
     "keyword only": (lambda *, n: torch.ones(n), "calling ones(0) raised TypeError"),
-    "arange": (lambda n: torch.arange(n, dtype=torch.float32), "every entry of ones(1) must be 1"),
+    "arange": (lambda n: torch.arange(n, dtype=torch.float32), "ones(1) must be 1, but 1 of 1 are not: entry 0 is 0.0"),
+    # Slipped through before: sizes up to 7 only, and the hint never said what was observed.
+    "capped at ten": (lambda n: torch.ones(min(n, 10)), "ones(100) must have shape (100,), got (10,)"),
+    "last entry zero": (
+        lambda n: torch.ones(n).index_fill_(0, torch.tensor([n - 1]), 0.0) if n > 2 else torch.ones(n),
+        "every entry of ones(3) must be 1, but 1 of 3 are not: entry 2 is 0.0",
+    ),
+    "not a number": (lambda n: torch.full((n,), float("nan")), "ones(1) must be 1, but 1 of 1 are not: entry 0 is nan"),
+    "on the meta device": (lambda n: torch.ones(n, device="meta"), "ones(0) returned a tensor on the meta device"),
 }
 
 

@@ -220,6 +220,25 @@ class ResetsTheNets(_Pair):
         return torch.cat([self.net1(x), self.net2(x)], dim=1)
 
 
+class PreallocatedFromOutFeatures(_Pair):
+    """Reads the widths from the nets' out_features: right for two nn.Linear, an error for any other net."""
+
+    def forward(self, x):
+        n1 = self.net1.out_features
+        out = x.new_empty(x.shape[0], n1 + self.net2.out_features)
+        out[:, :n1] = self.net1(x)
+        out[:, n1:] = self.net2(x)
+        return out
+
+
+class FeaturesHardCoded(_Pair):
+    """Reshapes x to the 4 features of the first example."""
+
+    def forward(self, x):
+        x = x.reshape(-1, 4)
+        return torch.cat([self.net1(x), self.net2(x)], dim=1)
+
+
 class SerialInDouble(_Pair):
     """Two mistakes at once: the chain's hint must still come, not an error of the check's own comparison."""
 
@@ -231,7 +250,10 @@ PARALLEL_WRONG = {
     ParametersOnly: "register net1 and net2 themselves as submodules",
     Squeezed: "a batch of one sample, shape (1, 4), must give shape (1, 8)",
     SqueezedBranches: "keep the batch dimension (no squeeze())",
-    SqueezedFeatures: "keep each output as it is, (n, width): no squeeze()",
+    SqueezedFeatures: "a width-1 output squeezed (squeeze(), squeeze(-1)) has shape (n,), not (n, 1)",
+    PreallocatedFromOutFeatures: "'Sequential' object has no attribute 'out_features'. Likely cause: a net can be any "
+    "module",
+    FeaturesHardCoded: "Likely cause: not known from here. Unlike the first batch, x has 5 features",
     ResetsTheNets: "building the block changed the given nets' values",
     SerialInDouble: "two branches of widths 4 and 4 on a batch of 3 give shape (3, 8); got (3, 4)",
     Serial: "that is net2(net1(x)), a chain",
@@ -253,7 +275,7 @@ PARALLEL_WRONG = {
     MovedToCpu: "unless you pass device=x.device",
     RegisteredInForward: "right after Parallel(net1, net2) is built",
     NotAModule: "Parallel must subclass nn.Module",
-    NoSuperInit: "calls super().__init__()",
+    NoSuperInit: "before nn.Module's own __init__ had run: call super().__init__() first, then store the modules",
     ReturnsTuple: "forward must return one tensor, got tuple",
     CastToDouble: "turned the nets' torch.float32 outputs into torch.float64",
     PreallocatedWithoutDtype: "float64 nets gave a float32 output",
@@ -447,8 +469,47 @@ class SecondArgumentNamedName(_ModuleDictRouter):
         return self.heads[name](x)
 
 
+class FixedNamesRouter(nn.Module):
+    """The three names of the first example, written out: another set of heads cannot be built."""
+
+    def __init__(self, heads):
+        super().__init__()
+        self.price, self.label, self.box = heads["price"], heads["label"], heads["box"]
+
+    def forward(self, x, task):
+        return getattr(self, task)(x)
+
+
+class LinearOnlyRouter(_ModuleDictRouter):
+    """Reads a head's weight and bias: right for nn.Linear heads only."""
+
+    def forward(self, x, task):
+        head = self.heads[task]
+        return nn.functional.linear(x, head.weight, head.bias)
+
+
+class FirstLayerOnlyRouter(_ModuleDictRouter):
+    """Runs a network head's first layer only: right for bare layers."""
+
+    def forward(self, x, task):
+        head = self.heads[task]
+        return (head[0] if isinstance(head, nn.Sequential) else head)(x)
+
+
+class RouterWithoutSuperInit(nn.Module):
+    def __init__(self, heads):
+        self.heads = nn.ModuleDict(heads)
+
+    def forward(self, x, task):
+        return self.heads[task](x)
+
 
 ROUTER_WRONG = {
+    RouterWithoutSuperInit: "raised AttributeError: cannot assign module before Module.__init__() call. Likely cause: "
+    "__init__ assigned a module before nn.Module's own __init__ had run",
+    FixedNamesRouter: "building the router over heads named 'topic', 'sentiment' looked up the name 'price'",
+    LinearOnlyRouter: "'Sequential' object has no attribute 'weight'. Likely cause: a head can be any module",
+    FirstLayerOnlyRouter: "router(x, 'topic') must return heads['topic'](x)",
     PlainDictRouter: "a plain dict hides it",
     AlwaysFirstHead: "router(x, 'label') must return heads['label'](x)",
     ModuleListRouter: "is registered as 'heads.0', not under its name 'price'",
@@ -570,7 +631,7 @@ def rebuilt_linear(module, n):
     return nn.ModuleList(nn.Linear(module.in_features, module.out_features) for _ in range(n))
 
 
-def reinitialised(module, n):
+def reinitialized(module, n):
     copies = nn.ModuleList(copy.deepcopy(module) for _ in range(n))
     for c in copies:
         for m in c.modules():
@@ -634,7 +695,20 @@ def mode_of_the_top_only(module, n):
     return nn.ModuleList(copy.deepcopy(module).train(module.training) for _ in range(n))
 
 
+def modes_one_level_deep(module, n):
+    """Sets each copy's modes back child by child: one level down only."""
+    copies = nn.ModuleList()
+    for _ in range(n):
+        c = copy.deepcopy(module).train()  # "ready to train", then the modes put back
+        c.training = module.training
+        for mine, theirs in zip(c.children(), module.children(), strict=True):
+            mine.train(theirs.training)
+        copies.append(c)
+    return copies
+
+
 CLONES_WRONG = {
+    modes_one_level_deep: "(here: Sequential train, Sequential train, Linear train, BatchNorm1d eval, Dropout train)",
     switched_to_eval: "(here: Linear train)",
     trains_the_original_first: "changed the module itself (its train/eval mode or its values)",
     mode_of_the_top_only: "(here: Sequential train, Linear train, BatchNorm1d eval)",
@@ -647,7 +721,7 @@ CLONES_WRONG = {
     original_first: "contains the original module itself",
     one_too_few: "must hold 3 copies, got 2",
     rebuilt_linear: "building a new layer (or reset_parameters) draws new ones",
-    reinitialised: "building a new layer (or reset_parameters) draws new ones",
+    reinitialized: "building a new layer (or reset_parameters) draws new ones",
     moved_to_default_device: "each copy must stay on the module's device",
     switched_to_train: "in the module's train/eval mode",
     shared_memory: "shares its memory with the module or another copy",

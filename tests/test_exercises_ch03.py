@@ -252,6 +252,70 @@ class TransformerSeqFirst(_TransformerLM):
     batch_first = False
 
 
+class DetachedEmbedding(TiedOtherWay):
+    """The embedding's output detached: its rows learn through the head only."""
+
+    def forward(self, tokens):
+        return self.head(self.embed(tokens).detach())
+
+
+class EmbeddingUnderNoGrad(TiedOtherWay):
+    def forward(self, tokens):
+        with torch.no_grad():
+            h = self.embed(tokens)
+        return self.head(h)
+
+
+class EmbeddingFromData(TiedOtherWay):
+    """The lookup done by hand on .data: the embedding's use is invisible to autograd."""
+
+    def forward(self, tokens):
+        return self.head(nn.functional.embedding(tokens, self.embed.weight.data))
+
+
+class _DetachedLinear(nn.Linear):
+    def forward(self, x):
+        return nn.functional.linear(x, self.weight.detach())
+
+
+class HeadWithDetachedWeight(nn.Module):
+    """The head's use of the shared weight is detached: it learns through the embedding only."""
+
+    def __init__(self, vocab_size, dim):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, dim)
+        self.head = _DetachedLinear(dim, vocab_size, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, tokens):
+        return self.head(self.embed(tokens))
+
+
+class FrozenShared(TiedOtherWay):
+    def __init__(self, vocab_size, dim):
+        super().__init__(vocab_size, dim)
+        self.embed.weight.requires_grad_(False)
+
+
+class ForwardUnderNoGrad(TiedOtherWay):
+    @torch.no_grad()
+    def forward(self, tokens):
+        return self.head(self.embed(tokens))
+
+
+class FixedVocabulary(nn.Module):
+    """The vocabulary size of one example written out."""
+
+    def __init__(self, vocab_size, dim):
+        super().__init__()
+        self.embed = nn.Embedding(50, dim)
+        self.head = nn.Linear(dim, 50, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, tokens):
+        return self.head(self.embed(tokens))
+
+
 @pytest.mark.parametrize("right", [TiedOtherWay, TiedByMethod, HeadOnMeta, HeadOnFlatView, SeqFirstTransposedBack,
                                    TransformerBatchFirst, HeadPerStep, HeadPerSequence])
 def test_tied_lm_accepts(right):
@@ -268,7 +332,15 @@ def test_tied_lm_accepts(right):
         (SharedThroughData, "shares memory with embed.weight but is a different Parameter"),
         (EmbeddingFromHeadWeight, "shares memory with embed.weight but is a different Parameter"),
         (TiedInForward, "only after the first forward pass"),
-        (ManualLogitsUnusedHead, "output of self.head"),
+        (ManualLogitsUnusedHead, "self.head was never called: the logits must be the output of self.head"),
+        (DetachedEmbedding, "no gradient reaches the shared weight through the embedding"),
+        (EmbeddingUnderNoGrad, "no gradient reaches the shared weight through the embedding"),
+        (EmbeddingFromData, "no gradient reaches the shared weight through the embedding"),
+        (HeadWithDetachedWeight, "no gradient reaches the shared weight through the head: the rows of the tokens "
+         "absent from the batch, which only the head's use reaches, got none"),
+        (FrozenShared, "the shared weight does not require grad (requires_grad_(False) froze it)"),
+        (ForwardUnderNoGrad, "the logits do not require grad, so no gradient can reach the shared weight"),
+        (FixedVocabulary, "the embedding of TiedLM(23, 8) must have weight shape (23, 8), got (50, 8)"),
         (SeqFirstViewedBack, "reversing the batch must reverse the logits"),
         (FlatSeqFirstViewedBack, "reversing the batch must reverse the logits"),
         (PooledLogits, "shape (3, 7, 50)"),
@@ -354,6 +426,23 @@ def count_with_grad(model):  # "trainable" read as "has a gradient": a fresh mod
     return sum(p.numel() for p in model.parameters() if p.grad is not None)
 
 
+def count_children_only(model):  # one level down, and nothing of the model's own
+    return sum(p.numel() for child in model.children() for p in child.parameters(recurse=False) if p.requires_grad)
+
+
+def count_one_level(model):  # the model's own parameters and its children's, each once: one level down only
+    seen = {}
+    for m in (model, *model.children()):
+        for p in m.parameters(recurse=False):
+            if p.requires_grad:
+                seen[id(p)] = p.numel()
+    return sum(seen.values())
+
+
+def count_through_numpy(model):  # reads the values: a meta tensor has none
+    return sum(p.detach().cpu().numpy().size for p in model.parameters() if p.requires_grad)
+
+
 def count_as_float(model):
     return float(sum(p.numel() for p in model.parameters() if p.requires_grad))
 
@@ -376,6 +465,11 @@ def test_count_accepts(right):
         (count_unique_data_ptr, "every data_ptr() is 0"),
         (count_including_frozen, "a frozen layer (requires_grad=False) does not"),
         (count_as_float, "return an int, got float"),
+        (count_through_numpy, "Likely cause: on the meta device tensors have shapes but no data"),
+        (count_children_only, "for nn.Linear(3, 2), a bare layer without submodules, expected 8, got 0: the layer's "
+         "own parameters were not counted"),
+        (count_one_level, "for a nested network, Sequential(Sequential(Linear(2, 3), ReLU()), Linear(3, 1)) expected "
+         "13, got 4: parameters sit at every depth"),
         (count_with_grad, "Filter on p.requires_grad, not on p.grad"),
     ],
 )
@@ -589,8 +683,71 @@ def load_checked_by_checkpoint_keys(model, state_dict):  # get_parameter raises 
     model.load_state_dict(state_dict)
 
 
+def _groups(model, order):
+    groups = {}
+    for name, p in order(list(model.named_parameters(remove_duplicate=False))):
+        groups.setdefault(id(p), []).append(name)
+    return list(groups.values())
+
+
+def load_checked_reversed(model, state_dict):
+    """Walks the names backwards and stops at the first group that disagrees (here the biases of a layer used
+    twice come before its weights)."""
+    for names in _groups(model, lambda named: named[::-1]):
+        for n in names[1:]:
+            if not torch.equal(state_dict[names[0]], state_dict[n]):
+                raise ValueError(f"{names[0]} and {n} share one Parameter but differ in the checkpoint")
+    model.load_state_dict(state_dict)
+
+
+def load_checked_sorted_keys(model, state_dict):
+    """Walks the checkpoint's keys in sorted order, skipping buffers, and names the first group that disagrees."""
+    parameters = dict(model.named_parameters(remove_duplicate=False))
+    groups = {}
+    for key in sorted(state_dict):
+        if key in parameters:
+            groups.setdefault(id(parameters[key]), []).append(key)
+    for names in groups.values():
+        if any(not torch.equal(state_dict[names[0]], state_dict[n]) for n in names[1:]):
+            raise ValueError(f"tied entries disagree: {names}")
+    model.load_state_dict(state_dict)
+
+
+def load_checked_minority(model, state_dict):
+    """Names the odd ones out of each group (both names of a pair)."""
+    for names in _groups(model, lambda named: named):
+        agree = [sum(torch.equal(state_dict[a], state_dict[b]) for b in names) for a in names]
+        if min(agree) < len(names):
+            odd = [n for n, k in zip(names, agree, strict=True) if k < max(agree)] or names
+            raise ValueError(f"these entries disagree with the other names of their Parameter: {odd}")
+    model.load_state_dict(state_dict)
+
+
+def load_checked_children_only(model, state_dict):
+    """Walks the model's children, one level down (repeats kept): a tie further down is missed."""
+    groups = {}
+    for prefix, child in model._modules.items():
+        for name, p in child.named_parameters(recurse=False):
+            groups.setdefault(id(p), []).append(f"{prefix}.{name}")
+    for names in groups.values():
+        for n in names[1:]:
+            if not torch.equal(state_dict[names[0]], state_dict[n]):
+                raise ValueError(f"{names[0]} and {n} differ")
+    model.load_state_dict(state_dict)
+
+
+def load_checked_only_the_others(model, state_dict):
+    """Names only the names that differ from the group's first: when the first is the odd one, the others."""
+    for names in _groups(model, lambda named: named):
+        differ = [n for n in names[1:] if not torch.equal(state_dict[names[0]], state_dict[n])]
+        if differ:
+            raise ValueError(f"differ from the first name of their Parameter: {differ}")
+    model.load_state_dict(state_dict)
+
+
 @pytest.mark.parametrize(
-    "right", [load_checked_keep_vars, load_checked_modules, load_checked_pairwise, load_checked_chain]
+    "right", [load_checked_keep_vars, load_checked_modules, load_checked_pairwise, load_checked_chain,
+              load_checked_reversed, load_checked_sorted_keys, load_checked_minority]
 )
 def test_load_checked_accepts(right):
     assert outcome(check_load_checked, right) == ("passed", "")
@@ -616,6 +773,9 @@ def test_load_checked_accepts(right):
         (load_checked_first_two, "A Parameter can have more than two names"),
         (load_checked_not_strict, "do not pass strict=False"),
         (load_checked_by_checkpoint_keys, "model.get_parameter raises on a buffer's name"),
+        (load_checked_children_only, "The tie sits two levels down: walk every module at every depth"),
+        (load_checked_only_the_others, "the ValueError must name the keys that disagree (embed.weight, head.weight); "
+         "got: differ from the first name of their Parameter: ['head.weight']"),
     ],
 )
 def test_load_checked_rejects(wrong, hint):

@@ -8,8 +8,9 @@ from utils.checks import exercise, expect, learner_code
 
 __all__ = ["check_ones"]
 
-#: The sizes the warm-up tries: empty, a single entry, and a few more (a constant answer fails some).
-SIZES = (0, 1, 3, 7)
+#: The sizes the warm-up tries: empty, a single entry, a few more (a constant answer fails some) and one
+#: large size (an answer capped at some small size fails it).
+SIZES = (0, 1, 3, 7, 100)
 
 
 def _dtype_hint(dtype: torch.dtype) -> str:
@@ -42,4 +43,16 @@ def check_ones(answer) -> None:
             result.dtype == torch.float32,
             f"ones({n}) must be float32, like torch.ones(n), got {result.dtype}: {_dtype_hint(result.dtype)}",
         )
-        expect(bool((result == 1).all()), f"every entry of ones({n}) must be 1")
+        expect(
+            result.device.type != "meta",
+            f"ones({n}) returned a tensor on the meta device, which has shapes but no values: build it on the CPU, "
+            "without device=",
+        )
+        wrong = (result != 1).nonzero().flatten()
+        if wrong.numel():
+            i = int(wrong[0])
+            expect(
+                False,
+                f"every entry of ones({n}) must be 1, but {wrong.numel()} of {n} are not: entry {i} is "
+                f"{result[i].item()}",
+            )

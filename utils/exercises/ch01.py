@@ -44,6 +44,13 @@ def _expect_gradients_reach(out: object, params, what: str, *, nonzero: bool, de
     expect(all(p.grad is not None and (not nonzero or bool(p.grad.abs().sum() > 0)) for p in params), missing)
 
 
+#: An error of __init__ whose cause is known, whatever the exercise.
+_NO_SUPER = {
+    "cannot assign module before Module.__init__() call": "__init__ assigned a module before nn.Module's own "
+    "__init__ had run: call super().__init__() first, then store the modules",
+}
+
+
 def _parallel_shape_hint(y: torch.Tensor, x: torch.Tensor, net1: nn.Module, net2: nn.Module) -> str:
     """The most likely cause of a wrong output shape, read from the output itself."""
     got = tuple(y.shape)
@@ -76,16 +83,16 @@ def check_parallel(cls: type[nn.Module]) -> None:
     net1, net2 = _seeded_linear(4, 4, 1), _seeded_linear(4, 4, 2)
     x = torch.randn(3, 4, generator=torch.Generator().manual_seed(3))
     given_values = [t.clone() for t in (*net1.parameters(), *net2.parameters())]
-    with learner_code(built, "__init__(self, net1, net2) calls super().__init__() and stores both nets"):
+    with learner_code(built, "not known from here: the error is in your __init__(self, net1, net2)", causes=_NO_SUPER):
         block = cls(net1, net2)
     expect(isinstance(block, nn.Module), "Parallel must subclass nn.Module")
     expect(
         all(torch.equal(t, before) for t, before in zip((*net1.parameters(), *net2.parameters()), given_values,
                                                         strict=True)),
         "building the block changed the given nets' values: keep them as they are given (they may be trained "
-        "already); no reset_parameters() or re-initialisation in __init__",
+        "already); no reset_parameters() or re-initialization in __init__",
     )
-    with learner_code(called, "forward(self, x) feeds the same x to both nets and returns one tensor"):
+    with learner_code(called, "not known from here: the error is in your forward(self, x)"):
         y = block(x)
     expect(isinstance(y, torch.Tensor), f"forward must return one tensor, got {type(y).__name__}")
     expect(y.shape == (3, 8), _parallel_shape_hint(y, x, net1, net2))
@@ -124,7 +131,8 @@ def check_parallel(cls: type[nn.Module]) -> None:
     )
 
     # A batch of one sample stays a batch: (1, 8), not (8,).
-    with learner_code(f"{called} of one sample, shape (1, 4)", "keep the batch dimension: no squeeze()"):
+    with learner_code(f"{called} of one sample, shape (1, 4)",
+                      "not known from here. A batch of 3 samples worked; keep the batch dimension (no squeeze())"):
         y1 = block(x[:1])
     expect(
         isinstance(y1, torch.Tensor) and y1.shape == (1, 8) and torch.allclose(y1, y[:1]),
@@ -132,20 +140,35 @@ def check_parallel(cls: type[nn.Module]) -> None:
         f"{_shape(y1)}: keep the batch dimension (no squeeze())",
     )
 
-    # Branches of different widths, one of them 1: a chain cannot even run here, and a squeeze breaks it.
-    wide1, wide2 = _seeded_linear(4, 1, 4), _seeded_linear(4, 5, 5)
-    with learner_code(built):
+    # Branches of different widths, one of them 1, on 5 input features, the second branch a small network of
+    # its own: a chain cannot even run here, a squeeze breaks it, and so does reading a Linear's sizes.
+    wide1 = _seeded_linear(5, 1, 4)
+    wide2 = nn.Sequential(_seeded_linear(5, 3, 5), nn.Tanh(), _seeded_linear(3, 5, 6))
+    x5 = torch.randn(3, 5, generator=torch.Generator().manual_seed(7))
+    any_module = {
+        "'Sequential' object has no attribute": "a net can be any module, here an nn.Sequential, which has no weight, "
+        "in_features or out_features: call each net and read the widths from its output (torch.cat needs none)",
+    }
+    with learner_code(f"{built} with net2 an nn.Sequential", causes=any_module):
         wide = cls(wide1, wide2)
-    with learner_code(f"{called} with branches of widths 1 and 5",
-                      "feed the same x to both nets, and keep each output as it is, (n, width): no squeeze()"):
-        z = wide(x)
+    with learner_code(
+        f"{called} of 5 features, with branches of widths 1 and 5 (net2 an nn.Sequential)",
+        "not known from here. Unlike the first batch, x has 5 features, net1 gives 1 column and net2 is an "
+        "nn.Sequential: feed x as it comes to both nets and keep each output as it is, (n, width)",
+        causes={
+            **any_module,
+            "must have same number of dimensions": "a branch's output lost a dimension: a width-1 output squeezed "
+            "(squeeze(), squeeze(-1)) has shape (n,), not (n, 1); keep each output as it is",
+        },
+    ):
+        z = wide(x5)
     expect(
         isinstance(z, torch.Tensor) and z.shape == (3, 6),
         f"branches of widths 1 and 5 must give 6 output columns, shape (3, 6); got {_shape(z)}",
     )
     with torch.no_grad():
         expect(
-            torch.allclose(z[:, :1], wide1(x)) and torch.allclose(z[:, 1:], wide2(x)),
+            torch.allclose(z[:, :1], wide1(x5)) and torch.allclose(z[:, 1:], wide2(x5)),
             "with branches of widths 1 and 5, the columns must be net1(x) then net2(x)",
         )
 
@@ -199,26 +222,50 @@ def check_parallel(cls: type[nn.Module]) -> None:
 
 _HEADS = {"price": (1, 10), "label": (3, 11), "box": (4, 12)}
 
+_ORDER = "forward(self, x, task) takes the batch first, then the task's name, and returns heads[task](x)"
 
-@exercise("Exercise 2 · A router over named heads")
-@keeps_global_rng
-def check_router(cls: type[nn.Module]) -> None:
-    """``cls(heads: dict[str, nn.Module])``; ``forward(x, task)`` applies ``heads[task]``, all registered."""
-    built = "building your router as cls(heads)"
-    hint_call = "forward(self, x, task) takes the batch first, then the task's name, and returns heads[task](x)"
-    heads = {task: _seeded_linear(6, width, seed) for task, (width, seed) in _HEADS.items()}
-    x = torch.randn(5, 6, generator=torch.Generator().manual_seed(12))
-    with learner_code(built, "__init__(self, heads) calls super().__init__() and registers the dict of heads"):
-        router = cls(heads)
-    expect(isinstance(router, nn.Module), "Router must subclass nn.Module")
-    with learner_code("calling router(x, 'price')", hint_call):
+#: Errors of the router whose cause is known: a head taken for an nn.Linear, a parameter not named task.
+_ANY_HEAD = {
+    "'Sequential' object has no attribute": "a head can be any module, here an nn.Sequential, which has no weight "
+    "or bias of its own: call the head, heads[task](x)",
+    "unexpected keyword argument 'task'": f"the check calls router(x, task=...) too: {_ORDER}",
+}
+
+
+def _other_heads() -> dict[str, nn.Module]:
+    """A second set of heads: other names, one head a small network of its own."""
+    return {
+        "topic": nn.Sequential(_seeded_linear(6, 8, 13), nn.ReLU(), _seeded_linear(8, 2, 14)),
+        "sentiment": _seeded_linear(6, 1, 15),
+    }
+
+
+def _check_routes(cls: type[nn.Module], heads: dict[str, nn.Module], x: torch.Tensor, trained: str) -> nn.Module:
+    """Build a router over ``heads``; check registration, every route and the gradient into ``heads[trained]``."""
+    names = ", ".join(repr(task) for task in heads)
+    built = f"building your router as cls(heads) with heads named {names}"
+    hint_call = "not known from here: the error is in your forward(self, x, task), which returns heads[task](x)"
+    first = next(iter(heads))
+    with learner_code(built, "not known from here: the error is in your __init__(self, heads)",
+                      causes={**_NO_SUPER, **_ANY_HEAD}):
         try:
-            out = router(x, "price")
+            router = cls(heads)
+        except KeyError as err:
+            expect(
+                False,
+                f"building the router over heads named {names} looked up the name {err.args[0]!r}, which is not "
+                "one of them: take the names from the dict you are given (nn.ModuleDict(heads) keeps them all), "
+                "not from a fixed list",
+            )
+    expect(isinstance(router, nn.Module), "Router must subclass nn.Module")
+    with learner_code(f"calling router(x, {first!r})", hint_call, causes=_ANY_HEAD):
+        try:
+            out = router(x, first)
         except (KeyError, TypeError) as err:
             # The batch was used as the task's name: the arguments are taken in the wrong order.
             expect(
                 not (err.args and isinstance(err.args[0], torch.Tensor)),
-                f"the batch x was looked up as a task's name: {hint_call}",
+                f"the batch x was looked up as a task's name: {_ORDER}",
             )
             raise
 
@@ -247,24 +294,37 @@ def check_router(cls: type[nn.Module]) -> None:
             "hides it from parameters(), .to() and optimizers; use nn.ModuleDict(heads)",
         )
 
-    expect(isinstance(out, torch.Tensor), f"router(x, 'price') must return a tensor, got {type(out).__name__}")
+    expect(isinstance(out, torch.Tensor), f"router(x, {first!r}) must return a tensor, got {type(out).__name__}")
     for task, head in heads.items():
-        with learner_code(f"calling router(x, task={task!r})", hint_call):
+        with learner_code(f"calling router(x, task={task!r})", hint_call, causes=_ANY_HEAD):
             out = router(x, task=task)
         with torch.no_grad():
             want = head(x)
         expect(_same(out, want), f"router(x, {task!r}) must return heads[{task!r}](x)")
 
     # Gradients reach the chosen head, so that training the router trains it.
-    with learner_code("calling router(x, 'label')", hint_call):
-        out = router(x, "label")
+    with learner_code(f"calling router(x, {trained!r})", hint_call, causes=_ANY_HEAD):
+        out = router(x, trained)
     _expect_gradients_reach(
-        out, heads["label"].parameters(), "router(x, 'label')", nonzero=False,
-        detached="router(x, 'label') does not require grad, so no gradient reaches the heads and they never train: "
-        "do not .detach() the output, use .data or run forward under torch.no_grad()",
-        missing="gradients must reach every parameter of heads['label']: return heads[task](x) itself, not a copy "
-        "of it",
+        out, heads[trained].parameters(), f"router(x, {trained!r})", nonzero=False,
+        detached=f"router(x, {trained!r}) does not require grad, so no gradient reaches the heads and they never "
+        "train: do not .detach() the output, use .data or run forward under torch.no_grad()",
+        missing=f"gradients must reach every parameter of heads[{trained!r}]: return heads[task](x) itself, not a "
+        "copy of it",
     )
+    return router
+
+
+@exercise("Exercise 2 · A router over named heads")
+@keeps_global_rng
+def check_router(cls: type[nn.Module]) -> None:
+    """``cls(heads: dict[str, nn.Module])``; ``forward(x, task)`` applies ``heads[task]``, all registered."""
+    hint_call = "not known from here: the error is in your forward(self, x, task), which returns heads[task](x)"
+    heads = {task: _seeded_linear(6, width, seed) for task, (width, seed) in _HEADS.items()}
+    x = torch.randn(5, 6, generator=torch.Generator().manual_seed(12))
+    router = _check_routes(cls, heads, x, "label")
+    # Other names, a head that is a network of its own, another batch size.
+    _check_routes(cls, _other_heads(), torch.randn(2, 6, generator=torch.Generator().manual_seed(16)), "topic")
 
     with learner_code("calling router.to(torch.float64)"):
         router.to(torch.float64)
@@ -280,9 +340,11 @@ def check_router(cls: type[nn.Module]) -> None:
     placed = ("the router must not pick a device: keep the heads where they are given and use x as it comes "
               "(no .to(device), .cuda() or .cpu() inside the router); the caller moves it with router.to(device)")
     meta_heads = {task: nn.Linear(6, width, device="meta") for task, (width, _) in _HEADS.items()}
-    with learner_code(f"{built} with heads on the 'meta' device", placed):
+    off_meta = {"meta": placed}  # an error that takes a meta tensor off its device
+    with learner_code("building your router as cls(heads) with heads on the 'meta' device",
+                      "not known from here: the error is in your __init__(self, heads)", causes=off_meta):
         on_meta = cls(meta_heads)
-    with learner_code("calling router(x, 'box') with heads and x on the 'meta' device", placed):
+    with learner_code("calling router(x, 'box') with heads and x on the 'meta' device", hint_call, causes=off_meta):
         m = on_meta(torch.empty(5, 6, device="meta"), "box")
     expect(
         isinstance(m, torch.Tensor) and m.device.type == "meta" and m.shape == (5, 4),
@@ -405,10 +467,14 @@ def _check_copies(copies: object, module: nn.Module, n: int, call: str, before) 
 @keeps_global_rng
 def check_clones(clones) -> None:
     """``clones(module, n)``: an ``nn.ModuleList`` of ``n`` deep copies (same values, device and mode)."""
-    hint = "clones(module, n) must work for any module, whatever its class and arguments: copy.deepcopy(module)"
+    hint = "not known from here: the error is in clones(module, n)"
+    any_module = {
+        "object has no attribute": "clones(module, n) must work for any module, whatever its class and arguments: "
+        "copy.deepcopy(module)",
+    }
     layer = _seeded_linear(3, 4, 30)
     before = _state(layer)
-    with learner_code("calling clones(layer, 3) on an nn.Linear(3, 4)", hint):
+    with learner_code("calling clones(layer, 3) on an nn.Linear(3, 4)", hint, causes=any_module):
         copies = clones(layer, 3)
     _check_copies(copies, layer, 3, "clones(layer, 3)", before)
     with torch.no_grad():
@@ -425,9 +491,19 @@ def check_clones(clones) -> None:
             block[1].eval()  # a frozen BatchNorm inside a block in training, as when fine-tuning
         modes = "in training with its BatchNorm1d in eval mode" if training else "in eval mode"
         before = _state(block)
-        with learner_code(f"calling clones(block, {n}) on a Linear + BatchNorm1d block {modes}", hint):
+        with learner_code(f"calling clones(block, {n}) on a Linear + BatchNorm1d block {modes}", hint,
+                          causes=any_module):
             copies = clones(block, n)
         _check_copies(copies, block, n, f"clones(block, {n})", before)
+
+    # A nested network: the frozen BatchNorm1d sits two levels down, inside a block in training mode.
+    nested = nn.Sequential(_frozen_block(), nn.Dropout(0.5)).train()
+    nested[0][1].eval()
+    before = _state(nested)
+    with learner_code("calling clones(net, 2) on an nn.Sequential(block, Dropout) in training, the block's "
+                      "BatchNorm1d in eval mode", hint, causes=any_module):
+        copies = clones(nested, 2)
+    _check_copies(copies, nested, 2, "clones(net, 2)", before)
 
     on_meta = nn.Linear(3, 4, device="meta")
     before = _state(on_meta)

@@ -43,27 +43,36 @@ def _untied_hint(embed: nn.Embedding, head: nn.Linear, forward: Callable[[], obj
     )
 
 
-@exercise("Exercise 1 · Tie a language model's head to its embedding")
-def check_tied_lm(cls: type[nn.Module]) -> None:
-    """``cls(vocab_size, dim)`` has ``embed`` (nn.Embedding) and ``head`` (nn.Linear) sharing one weight.
+def _head_gradient(head: nn.Linear) -> tuple[list[int], list[torch.Tensor], Callable[[], None]]:
+    """Count the calls of ``head`` and record, for each, its part of ``head.weight``'s gradient in the next
+    backward pass (grad_output^T @ input, whatever the leading dimensions). Returns calls, parts, a remover."""
+    calls: list[int] = []
+    parts: list[torch.Tensor] = []
 
-    The tie must exist as soon as the model is built (before any forward pass), be the same
-    ``Parameter`` object (not a copy, not a second Parameter on the same memory), and the logits must be
-    the output of ``head``.
-    """
-    vocab, dim = 50, 12
+    def record(module: nn.Module, args: tuple, output: object) -> None:
+        calls.append(1)
+        if isinstance(output, torch.Tensor) and output.requires_grad and args and isinstance(args[0], torch.Tensor):
+            seen = args[0].detach()
+            output.register_hook(lambda g: parts.append(
+                g.reshape(-1, g.shape[-1]).T.float() @ seen.reshape(-1, seen.shape[-1]).float()))
+
+    return calls, parts, head.register_forward_hook(record).remove
+
+
+def _check_tied_lm_once(cls: type[nn.Module], vocab: int, dim: int, seed: int) -> None:
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
+        torch.manual_seed(seed)
         with learner_code(f"building TiedLM({vocab}, {dim})", "the error is in your __init__"):
             model = cls(vocab, dim)
-        tokens = torch.randint(0, vocab, (3, 7))
+        tokens = torch.randint(0, vocab // 2, (3, 7))  # the upper half of the vocabulary is absent from the batch
         targets = torch.randint(0, vocab, (3, 7))
     expect(isinstance(model, nn.Module), "TiedLM must subclass nn.Module")
     embed, head = getattr(model, "embed", None), getattr(model, "head", None)
     expect(isinstance(embed, nn.Embedding) and isinstance(head, nn.Linear),
            "keep the embedding in self.embed (nn.Embedding) and the output layer in self.head (nn.Linear)")
     expect(tuple(embed.weight.shape) == (vocab, dim),
-           f"the embedding of TiedLM({vocab}, {dim}) must have weight shape ({vocab}, {dim})")
+           f"the embedding of TiedLM({vocab}, {dim}) must have weight shape ({vocab}, {dim}), got "
+           f"{tuple(embed.weight.shape)}: build it from the arguments, nn.Embedding(vocab_size, dim)")
     expect(head.in_features == dim and head.out_features == vocab,
            f"the head maps dim features to vocab_size logits: nn.Linear(dim, vocab_size, bias=False), here "
            f"nn.Linear({dim}, {vocab}); got nn.Linear({head.in_features}, {head.out_features}). Its weight then has "
@@ -78,16 +87,43 @@ def check_tied_lm(cls: type[nn.Module]) -> None:
         expect(False, _untied_hint(embed, head, first_forward))
     shared = [p for p in model.parameters() if p.shape == (vocab, dim)]
     expect(len(shared) == 1, f"the model holds {len(shared)} ({vocab}, {dim}) parameters; a tied model holds one")
+    expect(embed.weight.requires_grad,
+           "the shared weight does not require grad (requires_grad_(False) froze it): it must train, through both "
+           "of its uses")
 
-    with learner_code("calling the model on a (3, 7) batch of token ids", "the error is in your forward"):
-        logits = model(tokens)
-    expect(isinstance(logits, torch.Tensor) and logits.shape == (3, 7, vocab),
-           f"model(tokens) with tokens of shape (3, 7) must return logits of shape (3, 7, {vocab}); "
-           f"got {tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__}")
-    with learner_code("back-propagating a cross-entropy loss through your model", "is part of forward detached?"):
-        nn.functional.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1)).backward()
-    expect(embed.weight.grad is not None and bool(embed.weight.grad.abs().sum() > 0),
-           "the loss must reach the shared weight through the head")
+    calls, parts, remove = _head_gradient(head)
+    try:
+        with learner_code("calling the model on a (3, 7) batch of token ids", "the error is in your forward"):
+            logits = model(tokens)
+        expect(isinstance(logits, torch.Tensor) and logits.shape == (3, 7, vocab),
+               f"model(tokens) with tokens of shape (3, 7) must return logits of shape (3, 7, {vocab}); "
+               f"got {tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__}")
+        expect(bool(calls), "self.head was never called: the logits must be the output of self.head, so that "
+               "the shared weight is used (and trained) there too")
+        expect(logits.requires_grad,
+               "the logits do not require grad, so no gradient can reach the shared weight: forward ran under "
+               "torch.no_grad(), or its result was detached (.detach(), .data)")
+        with learner_code("back-propagating a cross-entropy loss through your model", "not known from here"):
+            nn.functional.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1)).backward()
+    finally:
+        remove()
+    grad = embed.weight.grad
+    expect(grad is not None and bool(grad.abs().sum() > 0), "the loss gives the shared weight no gradient at all")
+    # The two uses' parts: the head's (recorded at each call) and the embedding's (the rest).
+    through_head = sum(parts, torch.zeros(vocab, dim))
+    through_embed = grad.float() - through_head
+    scale = float(grad.abs().max())
+    present = torch.zeros(vocab, dtype=torch.bool)
+    present[tokens.flatten()] = True
+    expect(bool(grad[~present].abs().sum(dim=1).gt(0).all()),
+           "no gradient reaches the shared weight through the head: the rows of the tokens absent from the batch, "
+           "which only the head's use reaches, got none. self.head must use the shared weight as it is (not "
+           "detached), so that the head's use trains it too")
+    expect(bool(through_embed[present].abs().max() > 1e-3 * scale),
+           "no gradient reaches the shared weight through the embedding: the rows of the tokens in the batch learn "
+           "from the head only. The embedding's output must stay in the graph: no .detach(), .data or "
+           "torch.no_grad() around self.embed(tokens)")
+
     model.eval()
     with torch.no_grad(), learner_code("calling the model in eval mode on the batch, then on it in reverse order",
                                        "the error is in your forward"):
@@ -126,6 +162,20 @@ def check_tied_lm(cls: type[nn.Module]) -> None:
            "build it with batch_first=True")
 
 
+@exercise("Exercise 1 · Tie a language model's head to its embedding")
+@keeps_global_rng
+def check_tied_lm(cls: type[nn.Module]) -> None:
+    """``cls(vocab_size, dim)`` has ``embed`` (nn.Embedding) and ``head`` (nn.Linear) sharing one weight.
+
+    The tie must exist as soon as the model is built (before any forward pass), be the same
+    ``Parameter`` object (not a copy, not a second Parameter on the same memory), the logits must be
+    the output of ``head``, and gradients must reach the shared weight through both uses. Tried with two
+    sizes, ``(50, 12)`` and ``(23, 8)``.
+    """
+    _check_tied_lm_once(cls, 50, 12, seed=0)
+    _check_tied_lm_once(cls, 23, 8, seed=1)
+
+
 @exercise("Exercise 2 · Count parameters once")
 @keeps_global_rng
 def check_count_parameters(count: Callable[[nn.Module], int]) -> None:
@@ -151,6 +201,10 @@ def check_count_parameters(count: Callable[[nn.Module], int]) -> None:
         ("a layer used twice", nn.Sequential(shared, nn.ReLU(), shared), 12,
          "a layer used twice has its 12 parameters once; state_dict() and named_parameters(remove_duplicate=False) "
          "list it under both names. Sum p.numel() over model.parameters()"),
+        ("a nested network, Sequential(Sequential(Linear(2, 3), ReLU()), Linear(3, 1))",
+         nn.Sequential(nn.Sequential(nn.Linear(2, 3), nn.ReLU()), nn.Linear(3, 1)), 13,
+         "parameters sit at every depth (9 in the inner Linear(2, 3), 4 in Linear(3, 1)): model.parameters() walks "
+         "the whole tree, a walk over children() with parameters(recurse=False) stops one level down"),
         ("two LayerNorm(4) and a Linear(4, 4)", nn.Sequential(nn.LayerNorm(4), nn.LayerNorm(4), nn.Linear(4, 4)), 36,
          "two LayerNorm(4) layers have equal shapes and, at first, equal values, yet they are two sets of "
          "parameters (8 + 8 + 20 = 36): deduplicate by identity, as model.parameters() does, "
@@ -164,7 +218,9 @@ def check_count_parameters(count: Callable[[nn.Module], int]) -> None:
          "sum p.numel() over model.parameters(), which yields each shared tensor once"),
     ]
     for label, model, expected, why in cases:
-        with learner_code(f"calling count_parameters on {label}", why):
+        on_meta = {"meta tensor": why} if "meta device" in label else None  # an error that reads a meta tensor
+        with learner_code(f"calling count_parameters on {label}",
+                          "not known from here: the error is in your count_parameters", causes=on_meta):
             got = count(model)
         expect(isinstance(got, numbers.Integral) and not isinstance(got, bool),
                f"return an int, got {type(got).__name__} (for {label}); wrap a tensor or float in int(...)")
@@ -172,12 +228,17 @@ def check_count_parameters(count: Callable[[nn.Module], int]) -> None:
         if got == 0 != expected:  # a fresh model has no .grad yet: a filter on p.grad keeps nothing
             probe = nn.Linear(3, 2)
             probe.weight.grad = torch.zeros_like(probe.weight)
-            with learner_code("calling count_parameters on nn.Linear(3, 2) whose weight alone has a .grad", why):
+            with learner_code("calling count_parameters on nn.Linear(3, 2) whose weight alone has a .grad",
+                              "not known from here: the error is in your count_parameters"):
                 on_probe = count(probe)
             expect(not (isinstance(on_probe, numbers.Integral) and on_probe == 6),
                    f"for {label} expected {expected}, got 0: p.grad is None until a backward pass has run, so a "
                    "model fresh from __init__ has no gradients, yet all its parameters are trainable. Filter on "
                    "p.requires_grad, not on p.grad")
+            expect(not isinstance(model, nn.Linear),
+                   f"for {label}, a bare layer without submodules, expected {expected}, got 0: the layer's own "
+                   "parameters were not counted. A walk over children() (or named_children()) finds nothing in a "
+                   "bare layer; model.parameters() yields the model's own parameters and every submodule's")
         expect(got == expected, f"for {label} expected {expected}, got {got}: {why}")
 
 
@@ -246,6 +307,10 @@ def check_load_checked(load: Callable[[nn.Module, dict], object]) -> None:
         thrice.extend([thrice[0], nn.ReLU(), thrice[0]])       # one Linear under the names 0, 2 and 4
         thrice_file = {k: v + 0.5 for k, v in thrice.state_dict().items()}   # tied, and new to the model
         normed, normed_file = _normed(), _perturbed(_normed(), 9).state_dict()
+        deep = nn.Sequential(nn.Sequential(nn.Linear(3, 3), nn.Tanh()), nn.Linear(3, 3))
+        deep[1].weight = deep[0][0].weight                     # tied across two levels: 0.0.weight and 1.weight
+        deep_file = {k: torch.randn(v.shape) for k, v in deep.state_dict().items()}
+        bare, bare_file = nn.Linear(3, 3), nn.Linear(3, 3).state_dict()
         normed_file.update({"1.running_mean": torch.randn(4), "1.running_var": torch.rand(4) + 0.5,
                             "1.num_batches_tracked": torch.tensor(3)})
 
@@ -254,7 +319,8 @@ def check_load_checked(load: Callable[[nn.Module, dict], object]) -> None:
 
     # 1. A tied checkpoint into a tied model: it loads, and the tie stays.
     tied_file = other.state_dict()
-    with learner_code("calling load_checked(tied model, tied checkpoint)", id_hint):
+    unknown = "not known from here: the error is in your load_checked"
+    with learner_code("calling load_checked(tied model, tied checkpoint)", unknown):
         try:
             load(model, tied_file)
         except ValueError as err:
@@ -267,11 +333,15 @@ def check_load_checked(load: Callable[[nn.Module, dict], object]) -> None:
            "existing Parameters (assign=True, or new Parameters, give each name its own tensor)")
 
     # 2. An untied checkpoint into a tied model: ValueError naming both keys, the model untouched.
-    def refuses(target: nn.Module, state: dict, keys: tuple[str, ...], what: str, why: str = "") -> None:
+    def refuses(target: nn.Module, state: dict, keys: tuple[str, ...] | list[tuple[str, ...]], what: str,
+                why: str = "") -> None:
+        """``keys``: the keys the message must name; a list gives several groups that disagree, and naming the
+        keys of any one of them will do (an answer may stop at the first group it finds, in any order)."""
+        alternatives = keys if isinstance(keys, list) else [keys]
         before = _snapshot(target)
         raised = None
         with learner_code(f"calling load_checked with {what}",
-                          "raise ValueError (not assert, not RuntimeError) when tied names disagree"):
+                          f"{unknown}. When tied names disagree, raise ValueError (not assert, not RuntimeError)"):
             try:
                 load(target, state)
             except ValueError as err:
@@ -286,14 +356,17 @@ def check_load_checked(load: Callable[[nn.Module, dict], object]) -> None:
         expect(_holds(target, before),
                "the model was changed before the ValueError: check the checkpoint first, then load; "
                "when it raises, the model must be unchanged")
-        expect(all(k in str(raised) for k in keys),
-               f"the ValueError must name the keys that disagree ({', '.join(keys)}); got: {raised}")
+        expect(any(all(k in str(raised) for k in group) for group in alternatives),
+               f"the ValueError must name the keys that disagree ({'; or '.join(', '.join(g) for g in alternatives)}"
+               f"); got: {raised}")
 
     refuses(_perturbed(_TinyLM(), 5), untied, ("embed.weight", "head.weight"), "an untied checkpoint for a tied model")
 
     # 3. No tie at all, although shapes and initial values repeat: it loads.
-    with learner_code("calling load_checked on a model without ties (two LayerNorm(4), two Linear(4, 4))",
-                      "do not assume the names embed.weight / head.weight exist: " + id_hint):
+    with learner_code("calling load_checked on a model without ties (two LayerNorm(4), two Linear(4, 4))", unknown,
+                      causes={"embed.weight": "this model has no embed.weight or head.weight: do not assume those "
+                              "names exist; " + id_hint, "head.weight": "this model has no embed.weight or "
+                              "head.weight: do not assume those names exist; " + id_hint}):
         try:
             load(twins, twins_file)
         except ValueError as err:
@@ -302,14 +375,15 @@ def check_load_checked(load: Callable[[nn.Module, dict], object]) -> None:
                           f"Equal values or shapes are not a tie: {id_hint}")
     expect(_holds(twins, twins_file), "a checkpoint for a model without ties must be loaded")
 
-    # 4. A layer used twice: the tie has other names.
-    refuses(shared, shared_file, ("0.weight", "2.weight"),
+    # 4. A layer used twice: the tie has other names, and two groups disagree (weights and biases). An answer
+    # may walk the groups in any order and stop at the first: either group's keys will do.
+    refuses(shared, shared_file, [("0.weight", "2.weight"), ("0.bias", "2.bias")],
             "an untied checkpoint for a Sequential that uses one Linear twice")
 
     # 5. Tied entries with equal values but separate storage (cloned, or from safetensors): it loads.
     separate = {k: v.clone() for k, v in _perturbed(_TinyLM(), 6).state_dict().items()}
     target = _perturbed(_TinyLM(), 7)
-    with learner_code("calling load_checked(tied model, tied checkpoint whose tied entries were cloned)", id_hint):
+    with learner_code("calling load_checked(tied model, tied checkpoint whose tied entries were cloned)", unknown):
         try:
             load(target, separate)
         except ValueError as err:
@@ -328,7 +402,7 @@ def check_load_checked(load: Callable[[nn.Module, dict], object]) -> None:
             "exactly, with torch.equal")
 
     # 7. One Parameter under three names: any one of them may be the odd one out.
-    for odd in ("2.weight", "4.weight"):
+    for odd in ("0.weight", "2.weight", "4.weight"):
         state = {k: v.clone() for k, v in thrice_file.items()}
         state[odd] += 1
         refuses(thrice, state, (odd,), f"a checkpoint where {odd}, one of three names of one weight, differs",
@@ -340,7 +414,8 @@ def check_load_checked(load: Callable[[nn.Module, dict], object]) -> None:
                     "which are not Parameters: take the names that share one Parameter from "
                     "model.named_parameters(remove_duplicate=False), not from the checkpoint's keys "
                     "(model.get_parameter raises on a buffer's name)")
-    with learner_code("calling load_checked(tied model with a BatchNorm1d, tied checkpoint)", buffers_hint):
+    with learner_code("calling load_checked(tied model with a BatchNorm1d, tied checkpoint)", unknown,
+                      causes={"is not an nn.Parameter": buffers_hint}):
         try:
             load(normed, normed_file)
         except ValueError as err:
@@ -349,7 +424,17 @@ def check_load_checked(load: Callable[[nn.Module, dict], object]) -> None:
            "a tied checkpoint for a model with a BatchNorm1d must be loaded, buffers included, keeping the tie: "
            "call model.load_state_dict(state_dict)")
 
-    # 9. A checkpoint that lacks a key, its ties intact: the strict load_state_dict refuses it.
+    # 9. A tie two levels down, in a nested network, and a bare layer without ties (it loads).
+    refuses(deep, deep_file, ("0.0.weight", "1.weight"),
+            "an untied checkpoint for a nested network whose inner Linear (0.0) shares its weight with the outer "
+            "one (1)",
+            "The tie sits two levels down: walk every module at every depth, e.g. "
+            "model.named_parameters(remove_duplicate=False), not only the model's children")
+    with learner_code("calling load_checked on a bare nn.Linear(3, 3) (no ties)", unknown):
+        load(bare, bare_file)
+    expect(_holds(bare, bare_file), "a checkpoint for a bare nn.Linear(3, 3) without ties must be loaded")
+
+    # 10. A checkpoint that lacks a key, its ties intact: the strict load_state_dict refuses it.
     partial = {k: v for k, v in _perturbed(_TinyLM(), 10).state_dict().items() if k != "norm.bias"}
     try:
         load(_perturbed(_TinyLM(), 11), partial)
