@@ -213,3 +213,29 @@ def test_same_device_refuses_what_cuda_refuses_and_lets_through_what_it_accepts(
     assert (data + torch.ones(3, 2, device="meta")).is_meta  # outside the block: nothing is checked
     with pytest.raises(TypeError):
         same_device("")
+
+
+def test_the_stand_ins_move_index_tensors_to_the_data_as_cuda_does():
+    """CUDA moves a CPU index tensor to the data in advanced indexing (ATen's make_info), and a 0-dim CPU value
+    in index_put_; gather and scatter take no index on another device. The stand-ins do the same."""
+    from utils.checks import default_device_elsewhere, same_device
+
+    data = torch.zeros(3, 4, device="meta")
+    with same_device("x"):
+        assert data[torch.tensor([0, 2]), torch.tensor([1, 1])].is_meta          # CPU indices, meta data
+        data[torch.tensor([0, 2])] = torch.tensor(1.0)                             # a CPU number written
+        data.index_put_((torch.tensor([0, 2]),), torch.ones(4, device="meta"), accumulate=True)
+        with pytest.raises(ExerciseFailed, match="gather"):
+            data.gather(1, torch.tensor([[0], [1], [2]]))                          # CUDA refuses a CPU index here
+        # CUDA reads a 0-dim CPU value of masked_fill as a number; the meta kernel alone refuses it
+        assert data.masked_fill(data > 0, torch.tensor(0.0)).is_meta
+    cpu = torch.arange(12.0).reshape(3, 4)
+    for mode in (lambda: default_device_elsewhere("meta"), lambda: same_device("x", host="meta")):
+        with default_device_elsewhere("meta"), mode():
+            index = torch.arange(2)                                                # lands on meta, the "host"
+            assert index.is_meta
+            # torch alone would read the meta index as if it held numbers (whatever its memory held); here it
+            # is moved to the data, as on CUDA, and meta has no values to move
+            with pytest.raises(NotImplementedError, match="copy out of meta"):
+                cpu[index]
+            assert torch.equal(cpu[0] * torch.tensor(2.0), cpu[0] * 2)              # a number stays on the CPU

@@ -99,6 +99,32 @@ def one_hot_output_requires_grad(labels, num_classes):      # autograd refuses i
     return out.scatter_(1, labels.unsqueeze(1), 1.0)
 
 
+def one_hot_scatter_result_dropped(labels, num_classes):   # scatter (no underscore) returns a new tensor
+    out = torch.zeros(len(labels), num_classes, device=labels.device)
+    out.scatter(1, labels.unsqueeze(1), 1.0)
+    return out
+
+
+def one_hot_one_based(labels, num_classes):                 # treats the labels as counted from 1
+    out = torch.zeros(len(labels), num_classes, device=labels.device)
+    return out.scatter_(1, labels.unsqueeze(1) - 1, 1.0)
+
+
+def one_hot_into_expanded_zeros(labels, num_classes):       # one row of zeros, expanded: every row one memory
+    out = torch.zeros(1, num_classes, device=labels.device).expand(len(labels), -1)
+    return out.scatter_(1, labels.unsqueeze(1), 1.0)
+
+
+def one_hot_writes_the_labels(labels, num_classes):         # writes each label's value, not a 1
+    out = torch.zeros(len(labels), num_classes, device=labels.device)
+    return out.scatter_(1, labels.unsqueeze(1), labels.unsqueeze(1).float())
+
+
+def one_hot_zeros_transposed(labels, num_classes):  # (C, N) zeros: PyTorch refuses; the check cannot name why
+    out = torch.zeros(num_classes, len(labels), device=labels.device)
+    return out.scatter_(1, labels.unsqueeze(1), 1.0)
+
+
 ONE_HOT_WRONG = [
     (one_hot_wrong_dim, "scatter along dim=1"),
     (one_hot_from_max_label, "use num_classes for the width"),
@@ -116,6 +142,11 @@ ONE_HOT_WRONG = [
     (one_hot_range_checked_then_moved, "scatter_() got tensors on labels.device and on the default device"),
     (one_hot_ones_like_labels, "the values written must have the output's dtype"),
     (one_hot_output_requires_grad, "the output was made with requires_grad=True"),
+    (one_hot_scatter_result_dropped, "called scatter() (no trailing underscore), which returns a new tensor"),
+    (one_hot_one_based, "an index held -1: the labels are zero-based already"),
+    (one_hot_into_expanded_zeros, "the tensor written into is an expanded view"),
+    (one_hot_writes_the_labels, "out[0, 2] is 2 where 1 is expected. The check does not recognize the cause"),
+    (one_hot_zeros_transposed, "Likely cause: unknown: the check does not recognize this error"),
 ]
 
 
@@ -156,9 +187,20 @@ def one_hot_range_checked(labels, num_classes):  # checks its input first, as th
     return torch.zeros(len(labels), num_classes, device=labels.device).scatter_(1, labels.unsqueeze(1), 1.0)
 
 
+def one_hot_expanded_then_cloned(labels, num_classes):      # right: clone() gives the rows their own memory
+    out = torch.zeros(1, num_classes, device=labels.device).expand(len(labels), -1).clone()
+    return out.scatter_(1, labels.unsqueeze(1), 1.0)
+
+
+def one_hot_scatter_result_kept(labels, num_classes):       # right: the out-of-place result is returned
+    out = torch.zeros(len(labels), num_classes, device=labels.device)
+    return out.scatter(1, labels.unsqueeze(1), torch.ones(len(labels), 1, device=labels.device))
+
+
 @pytest.mark.parametrize(
     "answer",
-    [one_hot_new_zeros, one_hot_out_of_place_value, one_hot_scatter_add, one_hot_float64, one_hot_range_checked],
+    [one_hot_new_zeros, one_hot_out_of_place_value, one_hot_scatter_add, one_hot_float64, one_hot_range_checked,
+     one_hot_expanded_then_cloned, one_hot_scatter_result_kept],
 )
 def test_one_hot_accepts(answer):
     assert_accepted(check_one_hot, answer)
@@ -238,6 +280,34 @@ def select_scores_shifted_in_place(scores, labels):          # edits the caller'
     return scores.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
 
 
+def select_scores_probabilities(scores, labels):           # softmax first: probabilities, not scores
+    return scores.softmax(-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+
+
+def select_scores_log_probabilities(scores, labels):       # log_softmax first: log-probabilities, not scores
+    return F.log_softmax(scores, dim=-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+
+
+def select_scores_one_based_indexing(scores, labels):      # labels - 1: label 0 reads the last class (-1)
+    b = torch.arange(scores.shape[0], device=scores.device).unsqueeze(1)
+    n = torch.arange(scores.shape[1], device=scores.device).unsqueeze(0)
+    return scores[b, n, labels - 1]
+
+
+def select_scores_one_based_gather(scores, labels):        # gather refuses the -1 that label 0 becomes
+    return scores.gather(-1, (labels - 1).unsqueeze(-1)).squeeze(-1)
+
+
+def select_scores_centred(scores, labels):                 # something else: the check cannot name it
+    picked = scores.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+    return picked - scores.mean(-1)
+
+
+def select_scores_detached_for_one_sequence(scores, labels):  # differentiable only when B > 1
+    picked = scores.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+    return picked.detach() if scores.shape[0] == 1 else picked
+
+
 SELECT_WRONG = [
     (select_scores_wrong_dim, "gather along dim=2 (or -1)"),
     (select_scores_squeeze_all, "squeeze only the last dim"),
@@ -247,13 +317,19 @@ SELECT_WRONG = [
     (select_scores_all_labels, "give shape (2, 5)"),
     (select_scores_unsqueeze_wrong_place, "gather along dim=2 (or -1)"),
     (select_scores_unsqueeze_in_place, "do not modify labels in place"),
-    (select_scores_best_class, "out[b, n] must be scores[b, n, labels[b, n]]"),
+    (select_scores_best_class, "out[b, n] is the largest score at position (b, n), a max over the classes"),
     (select_scores_loop_on_default_device, "create every new tensor on scores.device"),
     (select_scores_eye_rows, "a tensor on the default device (the CPU) was indexed with a tensor on scores.device"),
     (select_scores_argmax, "got torch.int64. argmax gives the index of the best class"),
     (select_scores_one_hot_from_labels, "F.one_hot(labels) is only labels.max() + 1 wide"),
     (select_scores_output_requires_grad, "the output was made with requires_grad=True"),
     (select_scores_shifted_in_place, "do not modify scores in place"),
+    (select_scores_probabilities, "holds softmax(scores)[b, n, labels[b, n]], a probability"),
+    (select_scores_log_probabilities, "holds log_softmax(scores)[b, n, labels[b, n]], a log-probability"),
+    (select_scores_one_based_indexing, "out[b, n] is scores[b, n, labels[b, n] - 1]"),
+    (select_scores_one_based_gather, "an index held -1: the labels are zero-based already"),
+    (select_scores_centred, "out[0, 0] is -0.3253 where -0.204 is expected. The check does not recognize the cause"),
+    (select_scores_detached_for_one_sequence, "keep the result differentiable for every batch"),
 ]
 
 
@@ -293,10 +369,24 @@ def select_scores_loop_into_new_zeros(scores, labels):  # writing scores into a 
     return out
 
 
+def select_scores_cpu_rows(scores, labels):                # right: CPU index tensors for data on the device
+    rows = torch.arange(scores.shape[0]).unsqueeze(1)
+    return scores[rows, torch.arange(scores.shape[1]), labels]
+
+
+def select_scores_cpu_rows_range_checked(scores, labels):  # right: CPU row numbers, moved by CUDA's indexing
+    if labels.min() < 0 or labels.max() >= scores.shape[-1]:
+        raise IndexError("a label is out of range")
+    rows = torch.arange(scores.shape[0]).unsqueeze(1)
+    positions = torch.arange(scores.shape[1])
+    return scores[rows, positions, labels]
+
+
 @pytest.mark.parametrize(
     "answer",
     [select_scores_take_along_dim, select_scores_advanced_indexing, select_scores_one_hot_product,
-     select_scores_flat_gather, select_scores_in_float64, select_scores_loop_into_new_zeros],
+     select_scores_flat_gather, select_scores_in_float64, select_scores_loop_into_new_zeros,
+     select_scores_cpu_rows, select_scores_cpu_rows_range_checked],
 )
 def test_select_scores_accepts(answer):
     assert_accepted(check_select_scores, answer)
@@ -440,12 +530,42 @@ def segment_mean_values_requires_grad(values, ids, num_segments):  # changes the
     return sums / torch.bincount(ids, minlength=num_segments).clamp(min=1).unsqueeze(1)
 
 
+def segment_mean_sum_dropped(values, ids, num_segments):    # index_add (no underscore): sums stay zero
+    sums = values.new_zeros(num_segments, values.shape[1])
+    sums.index_add(0, ids, values)
+    counts = torch.bincount(ids, minlength=num_segments).clamp(min=1)
+    return sums / counts.unsqueeze(1)
+
+
+def segment_mean_one_based(values, ids, num_segments):      # ids counted from 1
+    sums = values.new_zeros(num_segments, values.shape[1]).index_add_(0, ids - 1, values)
+    counts = torch.bincount(ids, minlength=num_segments).clamp(min=1)
+    return sums / counts.unsqueeze(1)
+
+
+def segment_mean_into_expanded_zeros(values, ids, num_segments):
+    sums = values.new_zeros(1, values.shape[1]).expand(num_segments, -1)
+    sums.index_add_(0, ids, values)
+    return sums / torch.bincount(ids, minlength=num_segments).clamp(min=1).unsqueeze(1)
+
+
+def segment_mean_counts_plus_one(values, ids, num_segments):   # something else: the check cannot name it
+    sums = values.new_zeros(num_segments, values.shape[1]).index_add_(0, ids, values)
+    return sums / (torch.bincount(ids, minlength=num_segments) + 2).unsqueeze(1)
+
+
+def segment_mean_detached_beyond_rows(values, ids, num_segments):  # differentiable only when S <= N
+    sums = values.new_zeros(num_segments, values.shape[1]).index_add_(0, ids, values)
+    means = sums / torch.bincount(ids, minlength=num_segments).clamp(min=1).unsqueeze(1)
+    return means.detach() if num_segments > len(values) else means
+
+
 SEGMENT_WRONG = [
     (segment_mean_wrong_broadcast, "counts.unsqueeze(1) makes them divide the rows"),
     (segment_mean_include_self, "include_self=False"),
     (segment_mean_nan_when_empty, "not NaN"),
     (segment_mean_from_max_id, "not ids.max() + 1"),
-    (segment_sum, "row s must be the mean"),
+    (segment_sum, "each row holds its segment's sum"),
     (segment_mean_scatter_overwrites, "repeated ids must add up"),
     (segment_mean_floor_division, "divide with /, not //"),
     (segment_mean_equal_sized_segments, "need not be contiguous nor of equal size"),
@@ -465,6 +585,11 @@ SEGMENT_WRONG = [
     (segment_mean_int64_ones_index_add, "the values added must have the output's dtype"),
     (segment_mean_output_requires_grad, "the output was made with requires_grad=True"),
     (segment_mean_values_requires_grad, "do not call values.requires_grad_()"),
+    (segment_mean_sum_dropped, "your function called index_add() (no trailing underscore), which returns a new tensor"),
+    (segment_mean_one_based, "an index held -1: the segment ids are zero-based already"),
+    (segment_mean_into_expanded_zeros, "the tensor written into is an expanded view"),
+    (segment_mean_counts_plus_one, "out[0, 0] is 1 where 1.667 is expected. The check does not recognize the cause"),
+    (segment_mean_detached_beyond_rows, "differentiable with respect to values for every number of segments"),
 ]
 
 
@@ -534,11 +659,24 @@ def segment_mean_counts_at_least_a_number(values, ids, num_segments):  # a 0-dim
     return sums / counts.unsqueeze(1)
 
 
+def segment_mean_expanded_then_cloned(values, ids, num_segments):   # right
+    sums = values.new_zeros(1, values.shape[1]).expand(num_segments, -1).clone().index_add_(0, ids, values)
+    return sums / torch.bincount(ids, minlength=num_segments).clamp(min=1).unsqueeze(1)
+
+
+def segment_mean_masked_fill_number(values, ids, num_segments):  # masked_fill takes a 0-dim CPU value on a GPU
+    sums = values.new_zeros(num_segments, values.shape[1]).index_add_(0, ids, values)
+    counts = values.new_zeros(num_segments).index_add_(0, ids, values.new_ones(len(ids)))
+    means = sums / counts.unsqueeze(1)
+    return means.masked_fill(counts.unsqueeze(1) == 0, torch.tensor(0.0))
+
+
 @pytest.mark.parametrize(
     "answer",
     [segment_mean_index_add_bincount, segment_mean_two_scatter_adds, segment_mean_one_hot_matmul,
      segment_mean_index_reduce, segment_mean_moved_to_device, segment_mean_moved_to_device_bincount,
-     segment_mean_masks, segment_mean_counts_at_least_a_number],
+     segment_mean_masks, segment_mean_counts_at_least_a_number, segment_mean_expanded_then_cloned,
+     segment_mean_masked_fill_number],
 )
 def test_segment_mean_accepts(answer):
     assert_accepted(check_segment_mean, answer)
@@ -645,6 +783,44 @@ def count_tokens_range_checked_then_moved(tokens, vocab_size):  # as one_hot_ran
     return out.scatter_add_(1, tokens, torch.ones_like(tokens)).to(tokens.device)
 
 
+def count_tokens_scatter_add_dropped(tokens, vocab_size):   # scatter_add (no underscore): out stays zero
+    out = tokens.new_zeros(tokens.shape[0], vocab_size)
+    out.scatter_add(1, tokens, torch.ones_like(tokens))
+    return out
+
+
+def count_tokens_one_based(tokens, vocab_size):
+    out = tokens.new_zeros(tokens.shape[0], vocab_size)
+    return out.scatter_add_(1, tokens - 1, torch.ones_like(tokens))
+
+
+def count_tokens_one_based_indexing(tokens, vocab_size):    # tokens - 1: token 0 counts in the last column
+    out = tokens.new_zeros(tokens.shape[0], vocab_size)
+    rows = torch.arange(tokens.shape[0], device=tokens.device)[:, None].expand_as(tokens)
+    return out.index_put_((rows, tokens - 1), torch.ones_like(tokens), accumulate=True)
+
+
+def count_tokens_into_expanded_zeros(tokens, vocab_size):   # PyTorch refuses to scatter into an expanded view
+    out = tokens.new_zeros(1, vocab_size).expand(tokens.shape[0], -1)
+    return out.scatter_add_(1, tokens, torch.ones_like(tokens))
+
+
+def count_tokens_index_put_into_expanded(tokens, vocab_size):   # runs (a deprecation warning): rows share memory
+    out = tokens.new_zeros(1, vocab_size).expand(tokens.shape[0], -1)
+    rows = torch.arange(tokens.shape[0], device=tokens.device)[:, None].expand_as(tokens)
+    return out.index_put_((rows, tokens), torch.ones_like(tokens), accumulate=True)
+
+
+def count_tokens_doubled(tokens, vocab_size):               # something else: the check cannot name it
+    out = tokens.new_zeros(tokens.shape[0], vocab_size)
+    return out.scatter_add_(1, tokens, torch.full_like(tokens, 2))
+
+
+def count_tokens_index_put_tokens_only(tokens, vocab_size):  # one index tensor for a 2-D output
+    out = tokens.new_zeros(tokens.shape[0], vocab_size)
+    return out.index_put_((tokens,), torch.ones_like(tokens), accumulate=True)
+
+
 COUNT_WRONG = [
     (count_tokens_plus_equals, "is counted once"),
     (count_tokens_scatter, "is counted once"),
@@ -652,7 +828,7 @@ COUNT_WRONG = [
     (count_tokens_wrong_dim, "not dim 0"),
     (count_tokens_float, "return int64"),
     (count_tokens_float_ones, "torch.ones_like(tokens)"),
-    (count_tokens_from_max, "not tokens.max() + 1"),
+    (count_tokens_from_max, "got (6, 4), as wide as tokens.max() + 1"),
     (count_tokens_whole_batch, "each row keeps its own counts"),
     (count_tokens_default_device, "create every new tensor on tokens.device"),
     (count_tokens_offsets_in_place, "do not modify tokens in place"),
@@ -665,6 +841,13 @@ COUNT_WRONG = [
     (count_tokens_eye_rows, "indexed with a tensor on tokens.device"),
     (count_tokens_bincount_rows_no_minlength, "minlength=vocab_size"),
     (count_tokens_range_checked_then_moved, "scatter_add_() got tensors on tokens.device and on the default device"),
+    (count_tokens_scatter_add_dropped, "called scatter_add() (no trailing underscore), which returns a new tensor"),
+    (count_tokens_one_based, "an index held -1: the tokens are zero-based already"),
+    (count_tokens_one_based_indexing, "out[b, v] counts token v + 1, and the last column counts token 0"),
+    (count_tokens_into_expanded_zeros, "the tensor written into is an expanded view"),
+    (count_tokens_index_put_into_expanded, "the result is an expanded view (stride 0 along dim 0)"),
+    (count_tokens_doubled, "out[0, 1] is 2 where 1 is expected. The check does not recognize the cause"),
+    (count_tokens_index_put_tokens_only, "index_put_ takes one index tensor per dimension of the output"),
 ]
 
 
@@ -716,11 +899,19 @@ def count_tokens_python_lists(tokens, vocab_size):           # slow, but the res
     return torch.tensor([[row.count(v) for v in range(vocab_size)] for row in rows], device=tokens.device)
 
 
+def count_tokens_range_checked_cpu_rows(tokens, vocab_size):   # right: range check (fallback) + CPU row index
+    if tokens.max() >= vocab_size:
+        raise IndexError("a token is out of range")
+    out = tokens.new_zeros(tokens.shape[0], vocab_size)
+    rows = torch.arange(tokens.shape[0]).unsqueeze(1).expand_as(tokens)
+    return out.index_put_((rows, tokens), torch.ones_like(tokens), accumulate=True)
+
+
 @pytest.mark.parametrize(
     "answer",
     [count_tokens_index_put_accumulate, count_tokens_one_hot_sum, count_tokens_bincount_offsets,
      count_tokens_scatter_reduce_sum, count_tokens_rows_on_default_device, count_tokens_moved_to_device,
-     count_tokens_index_put_number, count_tokens_python_lists],
+     count_tokens_index_put_number, count_tokens_python_lists, count_tokens_range_checked_cpu_rows],
 )
 def test_count_tokens_accepts(answer):
     assert_accepted(check_count_tokens, answer)
@@ -760,26 +951,27 @@ def test_other_errors_become_hints_not_not_attempted(check):
      (check_count_tokens, count_tokens_from_empty)],
     ids=lambda a: a.__name__,
 )
-def test_answers_built_on_uninitialised_memory_fail_every_time(check, answer):
+def test_answers_built_on_uninitialized_memory_fail_every_time(check, answer):
     # Without the deterministic fill they passed a few runs in a hundred, when the memory happened to hold 0.
     assert {outcome(check, answer)[0] for _ in range(20)} == {"failed"}
 
 
-@pytest.mark.parametrize("mode", [0, 2])
-def test_checks_print_nothing_and_restore_the_deterministic_mode(mode, capsys):
+@pytest.mark.parametrize(("enabled", "warn_only"), [(False, False), (True, False), (True, True)])
+def test_checks_print_nothing_and_restore_the_deterministic_setting(enabled, warn_only, capsys):
     import warnings
 
-    before = torch.get_deterministic_debug_mode()
-    torch.set_deterministic_debug_mode(mode)
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             for check, answer in [(check_segment_mean, segment_mean_index_reduce),
                                   (check_count_tokens, count_tokens_bincount_offsets)]:
                 assert outcome(check, answer) == ("passed", "")
-        assert torch.get_deterministic_debug_mode() == mode
+        assert torch.are_deterministic_algorithms_enabled() == enabled
+        assert torch.is_deterministic_algorithms_warn_only_enabled() == warn_only
     finally:
-        torch.set_deterministic_debug_mode(before)
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
     assert caught == [] and capsys.readouterr() == ("", "")
 
 

@@ -82,7 +82,7 @@ def test_gather_and_scatter_are_mirror_images():
     assert [(dst, src) for src, dst in gathered] == scattered
 
 
-def test_negative_dim_is_normalised():
+def test_negative_dim_is_normalized():
     index = torch.tensor([[1, 0, 2]])
     assert index_mapping((2, 3), index, -1, "gather") == index_mapping((2, 3), index, 1, "gather")
     assert explore((2, 3), index, -1, "gather").dim == 1
@@ -367,22 +367,22 @@ def test_shown_as_a_value_it_leaves_a_picture_and_a_readable_line():
     assert "image/png" not in refused and "not drawn" in refused["text/plain"]
 
 
-def test_randomise_button_draws_a_new_valid_index():
+def test_randomize_button_draws_a_new_valid_index():
     ui = build_explorer((3, 4), dim=1, op="scatter", seed=5)
     before = ui.index_text.value
-    ui.randomise.click()
+    ui.randomize.click()
     assert ui.index_text.value != before and ui.error is None and ui.redraws == 2
     assert ui.view.index.shape == (3, 4) and int(ui.view.index.max()) < 4
     ui.dim.value = 0                                   # the old index may now be out of range
-    ui.randomise.click()
+    ui.randomize.click()
     assert ui.error is None and ui.view.dim == 0 and int(ui.view.index.max()) < 3
 
 
-def test_randomise_is_reproducible():
+def test_randomize_is_reproducible():
     a, b = build_explorer((2, 5), seed=9), build_explorer((2, 5), seed=9)
     assert a.index_text.value == b.index_text.value
-    a.randomise.click()
-    b.randomise.click()
+    a.randomize.click()
+    b.randomize.click()
     assert a.index_text.value == b.index_text.value
 
 
@@ -433,7 +433,7 @@ def test_the_displayed_explorer_is_not_changed_by_later_cells():
     (shown,) = [i for i, c in enumerate(cells) if _is_widget_cell(c)]
     name = re.search(r"^(\w+)\s*=\s*build_explorer\(", cells[shown].source, re.M).group(1)
     driving = re.compile(
-        rf"\b{name}\.(op|dim|index_text|arrows)\.value\b[^=\n]*=(?!=)|\b{name}\.(randomise\.click|update|shuffle)\("
+        rf"\b{name}\.(op|dim|index_text|arrows)\.value\b[^=\n]*=(?!=)|\b{name}\.(randomize\.click|update|shuffle)\("
     )
     assert not [c.source for c in cells[shown + 1 :] if driving.search(c.source)]
 

@@ -140,7 +140,7 @@ def default_device_elsewhere(device: str = "meta") -> Iterator[None]:
             kwargs = kwargs or {}
             if (getattr(func, "__name__", "") in _INDEXED and len(args) > 1 and isinstance(args[0], torch.Tensor)
                     and args[0].device.type != device):
-                args = (args[0], _indices_moved(args[1], args[0].device, device, torch.Tensor), *args[2:])
+                args = (args[0], _host_tensors_moved(args[1], args[0].device, device, torch.Tensor), *args[2:])
             made = func(*args, **kwargs)
             if (isinstance(made, torch.Tensor) and made.dim() == 0 and made.device.type == device
                     and "device" not in kwargs
@@ -167,6 +167,8 @@ def same_device(name: str, host: str = "cpu", hint: str | None = None) -> contex
       ``index_select``, ``index_add_`` and the like take no index on another device, on CUDA nor here.)
       Moving an index out of ``meta`` raises ``NotImplementedError`` ("Cannot copy out of meta tensor"): the
       call works on a GPU, but the stand-in has no values to compute with;
+    * a 0-dim value on ``host`` for ``masked_fill`` and ``index_fill``, which CUDA reads as a number (the meta
+      kernels refuse it, so this mode moves it to the data first);
     * conversions, which move data on purpose (``.to``, ``copy_``, ``new_tensor``, ``type_as``, ...).
 
     ``name`` is the learner's argument whose device counts (it appears in the hint), ``host`` the device that
@@ -191,14 +193,17 @@ _CONVERSIONS = frozenset({"to", "copy_", "new_tensor", "type_as", "expand_as", "
 _INDEX_WRITES = frozenset({"__setitem__", "index_put", "index_put_"})
 #: Advanced indexing, whose index tensors CUDA moves to the data's device (``make_info`` in ATen).
 _INDEXED = frozenset({"__getitem__", "__setitem__", "index_put", "index_put_"})
+#: Fills whose value, a 0-dim tensor, CUDA reads as a number wherever it is; meta kernels refuse a CPU one.
+_FILLS = {"masked_fill": 2, "masked_fill_": 2, "index_fill": 3, "index_fill_": 3}
 
 
-def _indices_moved(index: object, to: object, host: str, tensor_type: type) -> object:
-    """``index`` (a tensor, or a tuple or list holding tensors) with its tensors on ``host`` moved to ``to``."""
+def _host_tensors_moved(index: object, to: object, host: str, tensor_type: type) -> object:
+    """``index`` (a tensor, or a tuple or list holding tensors) with its tensors on ``host`` moved to ``to``, as CUDA
+    moves an index tensor, or a 0-dim value it reads as a number."""
     if isinstance(index, tensor_type):
         return index.to(to) if index.device.type == host else index
     if isinstance(index, (tuple, list)):
-        return type(index)(_indices_moved(item, to, host, tensor_type) for item in index)
+        return type(index)(_host_tensors_moved(item, to, host, tensor_type) for item in index)
     return index
 
 
@@ -238,7 +243,11 @@ def _same_device_mode() -> type:
                 )
             if called in _INDEXED and len(args) > 1 and args[0].device.type != host:
                 # as CUDA does: host index tensors go to the data (out of meta: NotImplementedError, no data)
-                args = (args[0], _indices_moved(args[1], args[0].device, host, torch.Tensor), *args[2:])
+                args = (args[0], _host_tensors_moved(args[1], args[0].device, host, torch.Tensor), *args[2:])
+            at = _FILLS.get(called)
+            if at is not None and len(args) > at and args[0].device.type != host:
+                # a number on the host: CUDA reads its value (out of meta: NotImplementedError, no data)
+                args = (*args[:at], _host_tensors_moved(args[at], args[0].device, host, torch.Tensor), *args[at + 1:])
             if called in _CONVERSIONS:
                 checked: list[object] = []
             elif called in _INDEX_WRITES:  # the value must be on the data's device; the index need not be

@@ -8,7 +8,7 @@ Three layers, each usable on its own:
   that list, and returns everything in an :class:`IndexMap`.
 * :func:`draw_index_map` draws an :class:`IndexMap` as three coloured grids (what is read, the index,
   the result); an element keeps its colour wherever it goes, and arrows can be added.
-* :func:`build_explorer` wires both into an ipywidgets UI: choose ``dim``, edit or randomise the
+* :func:`build_explorer` wires both into an ipywidgets UI: choose ``dim``, edit or randomize the
   index, toggle gather / scatter.
 
 The *data shape* is the shape of the big tensor on the far side of the index:
@@ -398,7 +398,7 @@ class IndexExplorer:
     """The live explorer: controls, a message line and the drawing, plus the state they produce.
 
     Attributes a test or notebook can drive: ``dim``, ``op`` (ToggleButtons), ``index_text``
-    (Textarea), ``randomise`` (Button), ``arrows`` (Checkbox). After every change :meth:`update`
+    (Textarea), ``randomize`` (Button), ``arrows`` (Checkbox). After every change :meth:`update`
     recomputes ``view`` (the :class:`IndexMap`, ``None`` while the controls describe something PyTorch
     would refuse; ``error`` then says why), redraws ``image`` (PNG) and counts ``redraws``. A refused
     choice also clears ``image`` and ``figure``, so no earlier drawing stays under the new message.
@@ -430,8 +430,8 @@ class IndexExplorer:
             value=format_index(index), description="index", continuous_update=False,
             layout=widgets.Layout(width="18em", height=f"{2 + index.shape[0] if index.dim() == 2 else 3}em"),
         )
-        self.randomise = widgets.Button(
-            description="Randomise index", icon="random", layout=widgets.Layout(width="auto")
+        self.randomize = widgets.Button(
+            description="Randomize index", icon="random", layout=widgets.Layout(width="auto")
         )
         self.arrows = widgets.Checkbox(value=False, description="arrows")
         self.message = widgets.HTML()
@@ -439,14 +439,14 @@ class IndexExplorer:
         self.widget = widgets.VBox(
             [
                 widgets.HBox([self.op, self.dim]),
-                widgets.HBox([self.index_text, widgets.VBox([self.randomise, self.arrows])]),
+                widgets.HBox([self.index_text, widgets.VBox([self.randomize, self.arrows])]),
                 self.message,
                 self.image,
             ]
         )
         for control in (self.op, self.dim, self.index_text, self.arrows):
             control.observe(lambda _change: self.update(), names="value")
-        self.randomise.on_click(lambda _button: self.shuffle())
+        self.randomize.on_click(lambda _button: self.shuffle())
         self.update()
 
     def shuffle(self) -> None:
@@ -525,8 +525,8 @@ def build_explorer(
     """Build the interactive explorer for data of ``input_shape`` (1-D or 2-D); draws once at once.
 
     ``index`` defaults to a random valid index of the data's shape (from a CPU generator seeded with
-    ``seed``; the Randomise button draws from the same generator). Works without a frontend: set a
-    control's ``.value`` (or call ``.randomise.click()``) and the callback runs.
+    ``seed``; the Randomize button draws from the same generator). Works without a frontend: set a
+    control's ``.value`` (or call ``.randomize.click()``) and the callback runs.
     """
     shape = _check_shape(input_shape)
     check_int(seed, "seed", 0, 2**64 - 1)  # the non-negative seeds manual_seed accepts

@@ -10,36 +10,38 @@ input's, and the default one (the CPU) where a tensor made without ``device=`` l
 
 * Inputs on the ``meta`` device (shapes and devices, no data) stand in for inputs on a GPU; the result
   must be on ``meta`` too. Meta kernels do not refuse every mix of devices that CUDA refuses (a
-  ``scatter_add_`` with a CPU ``src`` runs), so a function mode refuses them as CUDA does: a call may mix
-  the two devices only through the CPU numbers CUDA accepts (0-dim tensors), CPU index tensors (CUDA
-  moves them to the data; a CPU tensor indexed with a GPU index is refused) and conversions (``.to``,
-  ``copy_``). Copying the data to the CPU (``.cpu()``, ``.numpy()``) fails on ``meta`` and is refused: the
-  exercises ask for the work on the input's device, and on a GPU the copy waits for its queued work.
+  ``scatter_add_`` with a CPU ``src`` runs), so :func:`utils.checks.same_device` refuses them as CUDA does:
+  a call may mix the two devices only through the CPU numbers CUDA accepts (0-dim tensors), CPU index
+  tensors in advanced indexing (``x[idx]``, ``x[idx] = v``, ``index_put_``: CUDA moves them to the data;
+  ``gather``, ``scatter*``, ``index_select`` and ``index_add_`` refuse them on CUDA and here; a CPU tensor
+  indexed with a GPU index is refused) and conversions (``.to``, ``copy_``). Copying the data to the CPU
+  (``.cpu()``, ``.numpy()``) fails on ``meta`` and is refused: the exercises ask for the work on the
+  input's device, and on a GPU the copy waits for its queued work.
 * Where an operation has no meta kernel (``torch.bincount``, a boolean mask) or the code needs the values
   (``.item()``, ``.tolist()``), the check falls back to CPU inputs with the *default* device set to
   ``meta`` (:func:`utils.checks.default_device_elsewhere`): a tensor the answer creates without
   ``device=`` lands on ``meta`` (a number, 0-dim, stays on the CPU, as CUDA accepts it), so the result
   moves, breaks or changes, and the same function mode, with the two devices' roles swapped, refuses a
-  call that mixes it with the inputs. An answer that takes the device from its
-  input gives the same CPU result as before, and one that calls ``.cpu()`` or ``.numpy()`` is refused.
-  Moving a new tensor onto the input's device (``.to(x.device)``) cannot copy out of ``meta``, but works
-  on a GPU, so it passes.
+  call that mixes it with the inputs. An answer that takes the device from its input gives the same CPU
+  result as before, and one that calls ``.cpu()`` or ``.numpy()`` is refused. Moving a new tensor onto the
+  input's device (``.to(x.device)``, or an index made without ``device=`` that advanced indexing moves)
+  cannot copy out of ``meta``, but works on a GPU, so it passes.
 
-The learner's code runs in torch's deterministic debug mode (``"warn"``, silenced): memory from
-``torch.empty`` or ``new_empty`` then holds NaN (integers: their largest value) rather than whatever
-was there, so an answer that reads memory nobody wrote fails every time, not by chance.
+The learner's code runs with ``torch.use_deterministic_algorithms(True, warn_only=True)`` (its warnings
+silenced): memory from ``torch.empty`` or ``new_empty`` then holds NaN (integers: their largest value) rather
+than whatever was there, so an answer that reads memory nobody wrote fails every time, not by chance.
 """
 
 from __future__ import annotations
 
 import functools
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-from utils.checks import ExerciseFailed, default_device_elsewhere, exercise, expect, learner_code
+from utils.checks import ExerciseFailed, default_device_elsewhere, exercise, expect, learner_code, same_device
 
 __all__ = ["check_count_tokens", "check_one_hot", "check_segment_mean", "check_select_scores"]
 
@@ -69,71 +71,21 @@ def _host_hint(name: str) -> str:
     )
 
 
-#: Calls that may take tensors on two devices on CUDA: conversions, and indexing (whose index tensors
-#: CUDA moves to the data's device).
-_CONVERSIONS = frozenset({"to", "copy_", "new_tensor", "type_as", "expand_as", "view_as", "reshape_as", "__getitem__"})
-_INDEX_WRITES = frozenset({"__setitem__", "index_put", "index_put_"})
-
-
-def _tensors(obj: object) -> Iterator[torch.Tensor]:
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, (tuple, list)):
-        for item in obj:
-            yield from _tensors(item)
-    elif isinstance(obj, dict):
-        for item in obj.values():
-            yield from _tensors(item)
-
-
-class _SameDevice(TorchFunctionMode):
-    """Refuses, as CUDA does, a call that mixes tensors on two devices, apart from numbers on the default
-    device (0-dim tensors), index tensors and conversions. Meta kernels let some such mixes through.
-
-    ``host`` is the device that stands for the default device (the CPU): ``"cpu"`` when the inputs are on
-    meta, ``"meta"`` when they stay on the CPU and the default device is set to meta (see the top)."""
-
-    def __init__(self, name: str, host: str = "cpu") -> None:
-        super().__init__()
-        self.name = name
-        self.host = host
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        called = getattr(func, "__name__", "")
-        host = self.host
-        if called == "tolist" and host == "cpu" and args and args[0].is_meta:
-            raise _NeedsData("tolist")      # Python numbers: a new tensor made from them shows where it lands
-        if called == "__getitem__" and args and args[0].device.type == host and any(
-                t.device.type != host for t in _tensors(args[1:])):
-            # data on a GPU may be indexed with CPU indices, but not the other way round
-            raise ExerciseFailed(
-                f"a tensor on the default device (the CPU) was indexed with a tensor on {self.name}.device; on a "
-                "GPU it stops with 'indices should be either on cpu or on the same device as the indexed tensor': "
-                + _device_hint(self.name)
-            )
-        if called in _CONVERSIONS:
-            checked: list[object] = []
-        elif called in _INDEX_WRITES:       # the value must be on the data's device; the index need not be
-            index = args[1] if len(args) > 1 else kwargs.get("indices")
-            value = args[2] if len(args) > 2 else kwargs.get("values", kwargs.get("value"))
-            checked = [args[0] if args else None, value] if any(True for _ in _tensors(index)) else []
-        else:
-            checked = [args, kwargs]
-        devices = {t.device for t in _tensors(checked) if t.dim() > 0 or t.device.type != host}
-        if len(devices) > 1:
-            raise ExerciseFailed(
-                f"{called}() got tensors on {self.name}.device and on the default device (the CPU); on a GPU it "
-                "stops with 'Expected all tensors to be on the same device': " + _device_hint(self.name)
-            )
-        return func(*args, **kwargs)
-
-
 _NOT_RUN = object()
 
 
 class _NeedsData(Exception):
     """The learner's code needs the values of a meta tensor."""
+
+
+class _TolistNeedsData(TorchFunctionMode):
+    """Raises :class:`_NeedsData` where the code asks a meta tensor for Python numbers (``.tolist()``): a new
+    tensor made from them shows where it lands only when the check falls back to the default device."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") == "tolist" and args and args[0].is_meta:
+            raise _NeedsData("tolist")
+        return func(*args, **(kwargs or {}))
 
 
 def _copied_to_host(err: BaseException) -> bool:
@@ -151,20 +103,23 @@ def _meta_cannot_run(err: BaseException) -> bool:
 
 
 def _empty_memory_filled(check: Callable) -> Callable:
-    """Run ``check`` in the deterministic debug mode ``"warn"``: ``torch.empty`` then fills new memory with NaN
-    (integers: their largest value). Its warnings are dropped and the previous settings come back."""
+    """Run ``check`` with ``torch.use_deterministic_algorithms(True, warn_only=True)``: ``torch.empty`` then fills
+    new memory with NaN (integers: their largest value). Its warnings are dropped and the previous settings
+    come back."""
 
     @functools.wraps(check)
     def run(*args, **kwargs):
-        before, fill = torch.get_deterministic_debug_mode(), torch.utils.deterministic.fill_uninitialized_memory
+        enabled = torch.are_deterministic_algorithms_enabled()
+        warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+        fill = torch.utils.deterministic.fill_uninitialized_memory
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            torch.set_deterministic_debug_mode("warn")
+            torch.use_deterministic_algorithms(True, warn_only=True)
             torch.utils.deterministic.fill_uninitialized_memory = True
             try:
                 return check(*args, **kwargs)
             finally:
-                torch.set_deterministic_debug_mode(before)
+                torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
                 torch.utils.deterministic.fill_uninitialized_memory = fill
 
     return run
@@ -222,6 +177,75 @@ def _leaf_hint(make: str, source: str | None = None) -> str:
     return hint
 
 
+#: Out-of-place forms of the writes with an index: each returns a new tensor and leaves its ``self`` unchanged.
+_OUT_OF_PLACE_WRITES = frozenset({"scatter", "scatter_add", "scatter_reduce", "index_add", "index_put", "index_copy",
+                                  "index_reduce", "index_fill", "masked_fill", "masked_scatter", "put"})
+#: Torch's message for an in-place write into an expanded tensor (several elements share one memory location).
+_EXPANDED_WRITE = "more than one element of the written-to tensor refers to a single memory location"
+#: Torch's message for an index value of -1 in gather, scatter* and index_add_ (what zero-based ids minus 1 give).
+_MINUS_ONE = "index -1 is out of bounds"
+#: Pieces of torch's messages for an index whose number of dimensions or dtype gather and scatter refuse.
+_INDEX_NDIM = "must have the same number of dimensions as"
+_INDEX_DTYPE = "Expected dtype int32/int64 for index"
+#: The cause given for an error that no known piece of a message explains: what was observed is the error itself.
+_UNKNOWN_ERROR = "unknown: the check does not recognize this error (PyTorch's message above says what it refused)"
+
+
+def _expanded_hint(make: str) -> str:
+    return ("the tensor written into is an expanded view: expand() repeats its rows without copying them (stride 0), "
+            "so several of its elements are one memory location, and PyTorch refuses in-place writes into it. "
+            f"Create it at full size ({make}), or call .clone() on the expanded tensor before writing into it")
+
+
+def _index_causes(ids: str, make: str) -> dict[str, str]:
+    """Causes of errors that the writes with an index raise, whatever the exercise (see :func:`learner_code`)."""
+    return {
+        _EXPANDED_WRITE: _expanded_hint(make),
+        _MINUS_ONE: f"an index held -1: {ids} are zero-based already (0 up to the size - 1), so use them as they "
+                    "are. Subtracting 1 turns 0 into -1, which gather, scatter and index_add_ refuse",
+    }
+
+
+def _expect_not_expanded(out: torch.Tensor, make: str) -> None:
+    """A wrong result that is an expanded view (stride 0 along a dimension longer than 1): writes into one of its
+    rows landed in all of them."""
+    shared = [d for d in range(out.dim()) if out.stride(d) == 0 and out.shape[d] > 1]
+    expect(
+        not shared,
+        f"the result is an expanded view (stride 0 along dim {shared[0] if shared else 0}): all its rows are one "
+        "memory location, so every write landed in each of them. expand() does not copy; create the output at "
+        f"full size ({make}), or call .clone() on the expanded tensor before writing into it",
+    )
+
+
+def _expect_written(out: torch.Tensor, calls: set[str]) -> None:
+    """A result that is all zeros, as if nothing was written: name the dropped out-of-place write if there was one."""
+    dropped = sorted(calls & _OUT_OF_PLACE_WRITES)
+    expect(
+        bool(out.detach().any()),
+        f"the result is all zeros, as if nothing had been written into it, and your function called {dropped[0]}() "
+        "(no trailing underscore), which returns a new tensor and leaves the one it is called on unchanged: keep "
+        f"what it returns (out = out.{dropped[0]}(...)) or call {dropped[0]}_(...), which writes in place"
+        if dropped else
+        "the result is all zeros, as if nothing had been written into it; the check cannot tell why",
+    )
+
+
+def _first_difference(out: torch.Tensor, want: torch.Tensor) -> str:
+    """Where ``out`` first differs from ``want``, as a learner reads it: ``out[1, 2] is 0.5 where 1.5 is expected``."""
+    got = out.detach().to(want.dtype)
+    differ = (~torch.isclose(got, want)).nonzero()
+    if not len(differ):
+        return "out is close to what is expected everywhere"
+    where = tuple(int(i) for i in differ[0])
+    spot = ", ".join(map(str, where))
+    return f"out[{spot}] is {got[where].item():.4g} where {want[where].item():.4g} is expected"
+
+
+def _unknown(task: str, out: torch.Tensor, want: torch.Tensor) -> str:
+    return f"{task}; {_first_difference(out, want)}. The check does not recognize the cause of this difference"
+
+
 def _expect_same_without_default_device(name: str, out: torch.Tensor, under_meta: object) -> None:
     """``under_meta`` is the result with the default device set to meta; it must equal ``out``."""
     expect(
@@ -241,7 +265,7 @@ def _expect_on_input_device(name: str, fn: Callable, args: tuple, out: torch.Ten
     meta_args = tuple(a.to("meta") if isinstance(a, torch.Tensor) else a for a in args)
     with learner_code(f"calling {ON_META}", _device_hint(name)):
         try:
-            with _SameDevice(name):
+            with _TolistNeedsData(), same_device(name, hint=_device_hint(name)):
                 on_meta = fn(*meta_args)
         except Exception as err:
             if _copied_to_host(err):
@@ -262,7 +286,8 @@ def _expect_on_input_device(name: str, fn: Callable, args: tuple, out: torch.Ten
         return
     with learner_code(f"calling {WITH_META_DEFAULT}", _device_hint(name)):
         try:
-            with default_device_elsewhere("meta"), _Calls() as calls, _SameDevice(name, host="meta"):
+            with (default_device_elsewhere("meta"), _Calls() as calls,
+                  same_device(name, host="meta", hint=_device_hint(name))):
                 under_meta = fn(*args)
         except NotImplementedError as err:
             if "copy out of meta" not in str(err):
@@ -291,10 +316,13 @@ def check_one_hot(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
     )
     with _Calls() as calls, learner_code(
         "calling one_hot(labels, 4) on 7 labels",
-        "the index needs as many dimensions as the output, (N, 1): labels.unsqueeze(1); it must hold "
-        "integers (int64): .to(out) converts the dtype too, use .to(out.device) to move a tensor",
-        {**dict.fromkeys(_DTYPE_MISMATCH, dtype_hint),
-         _LEAF_IN_PLACE: _leaf_hint("torch.zeros(N, num_classes, device=labels.device)")},
+        _UNKNOWN_ERROR,
+        {_INDEX_NDIM: "the index needs as many dimensions as the output, (N, 1): labels.unsqueeze(1)",
+         _INDEX_DTYPE: "the index must hold integers (int64): .to(out) converts the dtype too, use "
+                       ".to(out.device) to move a tensor",
+         **dict.fromkeys(_DTYPE_MISMATCH, dtype_hint),
+         _LEAF_IN_PLACE: _leaf_hint("torch.zeros(N, num_classes, device=labels.device)"),
+         **_index_causes("the labels", "torch.zeros(N, num_classes, device=labels.device)")},
     ):
         out = fn(labels, 4)
     _expect_tensor(out)
@@ -313,11 +341,17 @@ def check_one_hot(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
         "Along dim=1, index[i][j] says which column of row i to write, so it needs one row per label, "
         "shape (N, 1): labels.unsqueeze(1)",
     )
-    expect(
-        torch.equal(out, want),
-        "row i must hold a single 1, in column labels[i]: scatter along dim=1 "
-        "(zeros of shape (N, C), then .scatter_(1, labels.unsqueeze(1), 1.0)), not along dim=0",
-    )
+    if not torch.equal(out, want):
+        _expect_not_expanded(out, "torch.zeros(N, num_classes, device=labels.device)")
+        _expect_written(out, calls.names)
+        along_rows = torch.zeros(7, 4).scatter_(0, labels.unsqueeze(1), 1.0).to(out.dtype)
+        expect(
+            not torch.equal(out, along_rows),
+            "the 1s are where a scatter along dim=0 puts them (column 0, row labels[i]); row i must hold a single 1, "
+            "in column labels[i]: scatter along dim=1 (zeros of shape (N, C), then "
+            ".scatter_(1, labels.unsqueeze(1), 1.0)), not along dim=0",
+        )
+        expect(False, _unknown("row i must hold a single 1, in column labels[i]", out, want))
     expect(
         bool(calls.names & SCATTERS),
         "the values are right, but the task is to build it with scatter_ (or scatter): start from zeros "
@@ -348,10 +382,12 @@ def check_select_scores(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     given = leaf * 1  # not a leaf, as a model's scores: editing it in place runs, and the check then names it
     with learner_code(
         "calling select_scores(scores, labels) with scores (2, 5, 4) and labels (2, 5)",
-        "gather along the class axis (the last one), with an index of as many dimensions as scores "
-        "(labels.unsqueeze(-1)) holding integers: labels.to(scores) would turn them into floats, "
-        "use labels.to(scores.device) to move them",
-        {_LEAF_IN_PLACE: _leaf_hint("scores.new_zeros(B, N)", "scores")},
+        _UNKNOWN_ERROR,
+        {_INDEX_NDIM: "gather's index needs as many dimensions as scores: labels.unsqueeze(-1), of shape (B, N, 1)",
+         _INDEX_DTYPE: "the index must hold integers: labels.to(scores) would turn them into floats, use "
+                       "labels.to(scores.device) to move them",
+         _LEAF_IN_PLACE: _leaf_hint("scores.new_zeros(B, N)", "scores"),
+         **_index_causes("the labels", "scores.new_zeros(B, N)")},
     ):
         out = fn(given, labels)
     _expect_tensor(out)
@@ -365,11 +401,47 @@ def check_select_scores(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
         "argmax gives the index of the best class, not the score of the labelled one: gather along dim=2 (or -1) "
         "with labels.unsqueeze(-1)",
     )
-    expect(
-        torch.allclose(out.detach().to(want.dtype), want),
-        "out[b, n] must be scores[b, n, labels[b, n]]: the class axis is the last one, so gather along "
-        "dim=2 (or -1) with labels.unsqueeze(-1), not along dim=1",
-    )
+    got = out.detach().to(want.dtype)
+    if not torch.allclose(got, want):
+
+        def seen(expected: torch.Tensor) -> bool:
+            return torch.allclose(got, expected)
+
+        def at_labels(source: torch.Tensor, index: torch.Tensor = labels) -> torch.Tensor:
+            return source.gather(2, index.unsqueeze(-1)).squeeze(-1)
+
+        expect(
+            not seen(at_labels(scores.softmax(-1))),
+            "out[b, n] holds softmax(scores)[b, n, labels[b, n]], a probability; the task asks for the score "
+            "itself, scores[b, n, labels[b, n]]: gather from scores, with no softmax first",
+        )
+        expect(
+            not seen(at_labels(scores.log_softmax(-1))),
+            "out[b, n] holds log_softmax(scores)[b, n, labels[b, n]], a log-probability; the task asks for the "
+            "score itself, scores[b, n, labels[b, n]]: gather from scores as they are, with no log_softmax first",
+        )
+        expect(
+            not seen(at_labels(scores, (labels - 1) % 4)),
+            "out[b, n] is scores[b, n, labels[b, n] - 1] (and label 0 read the last class, as an index of -1 counts "
+            "from the end): the labels are zero-based already, so index with them as they are",
+        )
+        expect(
+            not seen(scores.amax(-1)),
+            "out[b, n] is the largest score at position (b, n), a max over the classes, not the score of the "
+            "labelled class: gather along dim=2 (or -1) with labels.unsqueeze(-1)",
+        )
+        expect(
+            not seen(scores.gather(1, labels.unsqueeze(-1)).squeeze(-1)),
+            "out[b, n] is scores[b, labels[b, n], 0]: the gather ran along dim=1 (positions) instead of the class "
+            "axis, the last one: gather along dim=2 (or -1) with labels.unsqueeze(-1), not along dim=1",
+        )
+        expect(
+            not seen(scores[:, 0, :].gather(-1, labels)),
+            "out[b, n] is scores[b, 0, labels[b, n]]: every position read the first position's scores, because the "
+            "index had shape (B, 1, N) (labels.unsqueeze(1)); give it shape (B, N, 1) with labels.unsqueeze(-1) "
+            "and gather along dim=2 (or -1)",
+        )
+        expect(False, _unknown("out[b, n] must be scores[b, n, labels[b, n]]", got, want))
     expect(out.requires_grad, "keep the result differentiable: use gather, not .item(), .tolist() or .detach()")
     with learner_code("back-propagating from the sum of your output", "use gather, which has a gradient"):
         out.sum().backward()
@@ -385,18 +457,28 @@ def check_select_scores(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
         "a batch of one sequence of length one must still give shape (1, 1): squeeze only the last dim "
         "(squeeze(-1)), not every dim of size 1",
     )
-    few = torch.tensor([[[0.5, 1.5, 2.5, 3.5], [4.0, 5.0, 6.0, 7.0], [-1.0, -2.0, -3.0, -4.0]]])
+    few = torch.tensor([[[0.5, 1.5, 2.5, 3.5], [4.0, 5.0, 6.0, 7.0], [-1.0, -2.0, -3.0, -4.0]]], requires_grad=True)
+    few_labels = torch.tensor([[0, 2, 1]])
     with learner_code(
         "calling select_scores on scores (1, 3, 4) whose labels [0, 2, 1] leave out the last class",
         "the number of classes is scores.shape[-1], whatever the labels hold: F.one_hot(labels) is only "
         "labels.max() + 1 wide unless given num_classes",
     ):
-        picked = fn(few, torch.tensor([[0, 2, 1]]))
+        picked = fn(few * 1, few_labels)
     expect(
         isinstance(picked, torch.Tensor) and picked.shape == (1, 3)
         and torch.equal(picked.detach().to(few.dtype), torch.tensor([[0.5, 6.0, -2.0]])),
         "with labels that leave out the last class the result must still be scores[b, n, labels[b, n]]: take "
         "the number of classes from scores.shape[-1], not from the labels",
+    )
+    expect(picked.requires_grad, "keep the result differentiable for every batch: use gather, not .item(), "
+                                 ".tolist() or .detach()")
+    with learner_code("back-propagating from the sum of your output on scores (1, 3, 4)",
+                      "use gather, which has a gradient"):
+        picked.sum().backward()
+    expect(
+        few.grad is not None and torch.equal(few.grad, torch.zeros(1, 3, 4).scatter_(2, few_labels.unsqueeze(-1), 1.0)),
+        "on scores (1, 3, 4) too, the gradient must reach exactly the selected scores, each with weight 1",
     )
     _expect_on_input_device("scores", fn, (scores, labels), out)
 
@@ -453,25 +535,31 @@ def check_segment_mean(fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Ten
             "dtype: values.new_ones(N), or torch.ones_like(segment_ids, dtype=values.dtype)",
         ),
         _LEAF_IN_PLACE: _leaf_hint("values.new_zeros(num_segments, D)", "values"),
+        **_index_causes("the segment ids", "values.new_zeros(num_segments, D)"),
     }
-    with learner_code(
+    with _Calls() as calls, learner_code(
         "calling segment_mean(values, ids, 4) with values (7, 4)",
-        "segments are given by the ids, not by position: they need not be contiguous nor of equal size, "
-        "so no reshape; index_add_ takes the 1-D ids, scatter_add_/scatter_reduce need them expanded to "
-        "values' shape (ids.unsqueeze(1).expand_as(values)); the index must hold integers (.to(values) makes "
-        "floats of them); and torch.bincount counts only up to the largest id present unless given "
-        "minlength=num_segments",
-        causes,
+        _UNKNOWN_ERROR,
+        {**causes,
+         "is invalid for input of size": "segments are given by the ids, not by position: they need not be "
+                                         "contiguous nor of equal size, so no reshape",
+         _INDEX_NDIM: "index_add_ takes the 1-D ids, scatter_add_/scatter_reduce need them expanded to values' "
+                      "shape (ids.unsqueeze(1).expand_as(values))",
+         _INDEX_DTYPE: "the index must hold integers (.to(values) makes floats of them)",
+         "must match the size of tensor b": "two tensors' sizes do not line up (the message gives them). One way "
+                                            "this happens here: torch.bincount counts only up to the largest id "
+                                            "present unless given minlength=num_segments"},
     ):
         out = fn(values, ids, 4)
     _expect_tensor(out)
     _expect_untouched("values", values, kept_values)
     _expect_untouched("segment_ids", ids, kept_ids)
     expect(
-        out.shape == (4, 4),
-        f"4 segments of width 4 give shape (4, 4); got {_shape(out)}. The number of rows is num_segments, "
-        "not ids.max() + 1: the last segments may have no rows",
+        out.shape != (3, 4),
+        "4 segments of width 4 give shape (4, 4); got (3, 4), as many rows as ids.max() + 1: the number of rows "
+        "is num_segments, not ids.max() + 1, as the last segments may have no rows (segment 3 has none here)",
     )
+    expect(out.shape == (4, 4), f"4 segments of width 4 give shape (4, 4); got {_shape(out)}")
     expect(out.dtype == values.dtype, f"return values' dtype ({values.dtype}); got {out.dtype}")
     expect(
         not torch.isnan(out).any(),
@@ -498,10 +586,15 @@ def check_segment_mean(fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Ten
         "each segment's sum must be divided by its own count. Counts of shape (S,) divide the columns (dim 1) "
         "when broadcast against sums of shape (S, D); counts.unsqueeze(1) makes them divide the rows (dim 0)",
     )
-    expect(
-        torch.allclose(out[:3], want[:3]),
-        "row s must be the mean of the rows whose id is s: the sum of those rows divided by how many there are",
-    )
+    if not torch.allclose(out[:3], want[:3]):
+        _expect_not_expanded(out, "values.new_zeros(num_segments, D)")
+        _expect_written(out, calls.names)
+        expect(
+            not torch.allclose(out, want * counts),
+            "each row holds its segment's sum: divide it by the number of rows in the segment (at least 1) to "
+            "get the mean",
+        )
+        expect(False, _unknown("row s must be the mean of the rows whose id is s", out, want))
     expect(torch.equal(out[3], torch.zeros(4)), "the empty segment (id 3) must be a row of zeros")
 
     # Another width, more segments than rows, float64, ids in no particular order, four empty segments.
@@ -519,11 +612,10 @@ def check_segment_mean(fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Ten
         f"values and the number of rows from num_segments (there may be more segments than rows); got "
         f"{_shape(out2)}" + (f" {out2.dtype}" if isinstance(out2, torch.Tensor) else ""),
     )
-    expect(
-        torch.allclose(out2, _segment_mean_reference(values2, ids2, 7)),
-        "with 7 segments of width 2 (ids 4, 1, 1, 4, 0) each row must hold its segment's mean, and the empty "
-        "segments 2, 3, 5 and 6 zeros",
-    )
+    want2 = _segment_mean_reference(values2, ids2, 7)
+    if not torch.allclose(out2, want2):
+        expect(False, "with 7 segments of width 2 (ids 4, 1, 1, 4, 0) each row must hold its segment's mean, and "
+                      "the empty segments 2, 3, 5 and 6 zeros; " + _first_difference(out2, want2))
 
     leaf = values.clone().requires_grad_()
     with learner_code("back-propagating from the sum of your output", "use differentiable tensor operations", causes):
@@ -538,6 +630,22 @@ def check_segment_mean(fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Ten
     expect(
         leaf.grad is not None and torch.allclose(leaf.grad, share),
         "the gradient of a segment's mean reaches each of its rows with weight 1 / (rows in the segment)",
+    )
+    leaf2 = values2.clone().requires_grad_()
+    with learner_code("back-propagating from the sum of your output on float64 values (5, 2) with 7 segments",
+                      "use differentiable tensor operations", causes):
+        mean2 = fn(leaf2 * 1, ids2, 7)
+        expect(
+            isinstance(mean2, torch.Tensor) and mean2.requires_grad,
+            "keep the result differentiable with respect to values for every number of segments: no .tolist(), "
+            ".item() or torch.tensor(...) of Python numbers",
+        )
+        mean2.sum().backward()
+    share2 = (1.0 / torch.bincount(ids2, minlength=7).double())[ids2].unsqueeze(1).expand(-1, 2)
+    expect(
+        leaf2.grad is not None and torch.allclose(leaf2.grad, share2),
+        "with float64 values (5, 2) in 7 segments too, the gradient of a segment's mean reaches each of its rows "
+        "with weight 1 / (rows in the segment)",
     )
 
     _expect_on_input_device("values", fn, (values, ids, 4), out)
@@ -556,21 +664,38 @@ def check_count_tokens(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
     tokens = torch.tensor([[3, 1, 3, 3], [0, 0, 0, 0], [2, 1, 2, 0], [1, 1, 3, 2], [0, 3, 1, 2], [2, 2, 2, 1]])
     kept = tokens.clone()
     want = torch.stack([torch.bincount(row, minlength=5) for row in tokens])
-    with learner_code(
+    with _Calls() as calls, learner_code(
         "calling count_tokens(tokens, 5) with tokens (6, 4)",
-        "count along the vocabulary axis (dim 1); scatter_add_ wants an index and a source of the same shape "
-        "and the same dtype as the output (torch.ones_like(tokens)); index_put_ needs one index tensor per "
-        "dimension (rows and tokens); torch.bincount counts only up to the largest token present unless given "
-        "minlength=vocab_size",
+        _UNKNOWN_ERROR,
+        {**dict.fromkeys(_DTYPE_MISMATCH, "the values added must have the output's dtype (int64): "
+                                          "torch.ones_like(tokens)"),
+         _INDEX_NDIM: "scatter_add_ wants an index and a source with as many dimensions as the output: tokens "
+                      "itself, (B, L), and torch.ones_like(tokens)",
+         "stack expects each tensor to be equal size": "torch.bincount counts only up to the largest token present "
+                                                       "unless given minlength=vocab_size, so the rows' counts "
+                                                       "differ in length",
+         "too many indices": "index_put_ takes one index tensor per dimension of the output: rows and tokens",
+         "cannot be broadcast to indexing result": "index_put_ takes one index tensor per dimension of the output, "
+                                                   "rows and tokens; with the tokens alone each index picks a whole "
+                                                   "row, which the values do not fit",
+         "could not be broadcast together": "index_put_'s index tensors must broadcast together: rows of shape "
+                                            "(B, 1) (torch.arange(B, device=tokens.device)[:, None]) with tokens",
+         **_index_causes("the tokens", "tokens.new_zeros(B, vocab_size)")},
     ):
         out = fn(tokens, 5)
     _expect_tensor(out)
     _expect_untouched("tokens", tokens, kept)
     expect(
-        out.shape == (6, 5),
-        f"6 rows and a vocabulary of 5 give shape (6, 5); got {_shape(out)}. The width is vocab_size (not "
-        "tokens.max() + 1) and each row keeps its own counts",
+        out.dim() != 1,
+        f"6 rows and a vocabulary of 5 give shape (6, 5); got {_shape(out)}, one count per token for the whole "
+        "batch: each row keeps its own counts",
     )
+    expect(
+        out.shape != (6, 4),
+        "6 rows and a vocabulary of 5 give shape (6, 5); got (6, 4), as wide as tokens.max() + 1: the width is "
+        "vocab_size, whatever tokens the rows hold (token 4 never occurs here)",
+    )
+    expect(out.shape == (6, 5), f"6 rows and a vocabulary of 5 give shape (6, 5); got {_shape(out)}")
     expect(out.dtype == torch.int64, f"counts are whole numbers: return int64 (torch.long); got {out.dtype}")
     expect(
         bool(((out >= 0) & (out <= tokens.numel())).all()),
@@ -584,11 +709,21 @@ def check_count_tokens(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
         "index_put_ without accumulate write each position once, however often it repeats. Make repeats "
         "add up: scatter_add_, or index_put_(..., accumulate=True)",
     )
-    expect(
-        torch.equal(out, want),
-        "out[b, v] must count how often token v occurs in row b: add 1 along dim 1 (the vocabulary axis), "
-        "not dim 0, and keep the rows apart",
-    )
+    if not torch.equal(out, want):
+        _expect_not_expanded(out, "tokens.new_zeros(B, vocab_size)")
+        _expect_written(out, calls.names)
+        expect(
+            not torch.equal(out, want.roll(-1, dims=1)),
+            "out[b, v] counts token v + 1, and the last column counts token 0: the tokens were shifted down by "
+            "one, as if counted from 1, and -1 indexed the last column. Tokens are zero-based already: use them "
+            "as they are",
+        )
+        expect(
+            not torch.equal(out, torch.zeros(6, 5, dtype=torch.long).scatter_add_(0, tokens, torch.ones_like(tokens))),
+            "the counts are those of a scatter_add_ along dim=0 (row tokens[b, l] of column l): add 1 along dim 1 "
+            "(the vocabulary axis), not dim 0, and keep the rows apart",
+        )
+        expect(False, _unknown("out[b, v] must count how often token v occurs in row b", out, want))
     with learner_code("calling count_tokens(tensor([[1]]), 3)", "use vocab_size for the width"):
         small = fn(torch.tensor([[1]]), 3)
     expect(
