@@ -12,13 +12,10 @@ that needs at most N GPUs fails instead of skipping, so a GPU runner cannot go g
 keeps tag and guard together). Every run ends with one line: GPU cells run / skipped, the device,
 and the torch version.
 
-Workers. Every notebook's cells form one xdist group (one worker, one kernel per notebook); with
-``--dist loadgroup`` xdist hands out the largest groups first, then every other test one by one. Kernels
-are nbval's, started the standard way (``--nbval-current-env``: ``python -m ipykernel_launcher``).
-
-How many workers. ``-n auto`` starts one worker more than the cores this process may use: a worker
-spends much of its time waiting for another process (a notebook's kernel, Chromium, torchrun), and the
-extra worker fills those gaps. ``PYTEST_XDIST_AUTO_NUM_WORKERS`` or an explicit ``-n N`` still decide.
+Workers. ``-n auto``: one pytest-xdist worker per core. Every notebook's cells form one xdist group (one
+worker, one kernel per notebook); with ``--dist loadgroup`` xdist hands out the largest groups first, then
+every other test one by one. Kernels are nbval's, started the standard way (``--nbval-current-env``:
+``python -m ipykernel_launcher``).
 
 Threads. About one notebook runs per core, so each kernel gets one intra-op thread (``OMP_NUM_THREADS=1``
 unless already set): two kernels with a thread per core each would fight over the cores. No output
@@ -94,20 +91,6 @@ def pytest_configure(config):
     config.addinivalue_line("markers", f"{GPU_CELL}: a notebook cell that needs a GPU")
     _isolate_ipython(config)
     _kernels_over_unix_sockets(config)
-
-
-def auto_workers(cores: int | None, environ=os.environ) -> int | None:
-    """The number of workers ``-n auto`` starts: one more than ``cores``; ``None`` (xdist's own count) when
-    ``PYTEST_XDIST_AUTO_NUM_WORKERS`` is set or the cores are unknown."""
-    if environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS") or not cores:
-        return None
-    return cores + 1
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_xdist_auto_num_workers(config):
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return auto_workers(cores)
 
 
 def _isolate_ipython(config):

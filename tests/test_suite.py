@@ -100,25 +100,9 @@ def test_require_gpus_rejects_what_is_not_a_count(raw):
         conftest.required_gpus({"REQUIRE_GPUS": raw})
 
 
-@pytest.mark.parametrize("cores, environ, workers", [
-    (2, {}, 3), (1, {}, 2), (16, {}, 17),
-    (2, {"PYTEST_XDIST_AUTO_NUM_WORKERS": "5"}, None),  # xdist's own count reads the variable
-    (None, {}, None),  # cores unknown: xdist decides
-])
-def test_auto_starts_one_worker_more_than_cores(cores, environ, workers):
-    assert conftest.auto_workers(cores, environ) == workers
-
-
-def test_the_hook_counts_the_cores_this_process_may_use(monkeypatch):
-    monkeypatch.delenv("PYTEST_XDIST_AUTO_NUM_WORKERS", raising=False)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 5}, raising=False)
-    monkeypatch.setattr(os, "cpu_count", lambda: 64)
-    assert conftest.pytest_xdist_auto_num_workers(SimpleNamespace()) == 3
-
-
 def test_sanitizer_path_is_found_from_any_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # e.g. `cd notebooks && pytest`, or `pytest /path/to/checkout`
-    option = SimpleNamespace(nbval_sanitize_with="tests/sanitize.cfg", collectonly=True)  # no kernel server
+    option = SimpleNamespace(nbval_sanitize_with="tests/sanitize.cfg", collectonly=True)  # collecting: no kernels start
     config = SimpleNamespace(option=option, rootpath=ROOT, args=[])
     config.addinivalue_line = lambda *args: None
     conftest.pytest_configure(config)
