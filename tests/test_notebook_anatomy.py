@@ -11,7 +11,7 @@ import pytest
 from IPython.core.inputtransformer2 import TransformerManager
 
 from conftest import HARDWARE_TAGS
-from tools import course
+from tools import course, slides
 
 PRESENT = [c for c in course.CHAPTERS if c.path.exists()]
 CHAPTERS = [c for c in PRESENT if c.number != "00"]
@@ -121,6 +121,7 @@ def test_chapter_ends_by_asserting_its_lessons_ran_on_device(ch):
     summary = next(i for i, c in enumerate(cells) if c.cell_type == "markdown" and c.source.startswith("## Summary"))
     last = [c for c in cells[:summary] if c.cell_type == "code"][-1]
     assert not tags(last) & COMPARED_SKIP, "the last lesson cell is compared, so a CUDA run checks it too"
+    assert "bookkeeping" in tags(last), "the cell asserting where the lessons ran is tagged bookkeeping"
     assert "device" in last.source and "assert" in last.source, last.source[:200]
 
 
@@ -208,3 +209,59 @@ def test_every_exercise_shows_a_rejection_and_has_a_hidden_reference(ch):
     assert hidden, "the reference solution is collapsed (jupyter.source_hidden)"
     for name in checks:
         assert any(re.search(rf"\b{name}\(", c.source) for c in hidden), f"the hidden reference never calls {name}"
+
+
+@pytest.mark.parametrize("ch", CHAPTERS, ids=lambda c: c.number)
+def test_the_core_path_fits_one_sitting(ch):
+    words, code = course.core_size(load(ch))
+    assert words <= course.CORE_WORDS, f"core path: {words} words of prose (at most {course.CORE_WORDS})"
+    assert code <= course.CORE_CODE_CELLS, f"core path: {code} code cells (at most {course.CORE_CODE_CELLS})"
+
+
+def _bound_names(source: str) -> set[str]:
+    tree = ast.parse(TransformerManager().transform_cell(source))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
+def _used_names(source: str) -> set[str]:
+    tree = ast.parse(TransformerManager().transform_cell(source))
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+@pytest.mark.parametrize("ch", CHAPTERS, ids=lambda c: c.number)
+def test_going_further_blocks_are_folded_and_the_core_path_never_needs_them(ch):
+    cells = load(ch).cells
+    further = slides.going_further(cells)
+    core = {id(c) for c in course.core_path(load(ch))}
+    only_there: set[str] = set()
+    for i, c in enumerate(cells):
+        if i in further:
+            if c.cell_type == "markdown":
+                head = c.source.startswith(slides.GOING_FURTHER)
+                assert head == c.metadata.get("jp-MarkdownHeadingCollapsed", False), c.source[:60]
+                inner = not head and re.match(r"#{2,3} ", c.source)
+                assert not inner, f"a heading inside a Going-further block: {c.source[:60]}"
+            elif c.cell_type == "code":
+                only_there |= _bound_names(c.source)
+        elif c.cell_type == "code" and id(c) in core:
+            only_there -= _bound_names(c.source)
+            needed = _used_names(c.source) & only_there
+            assert not needed, f"the core path uses {sorted(needed)}, defined only in a Going-further block"
+
+
+@pytest.mark.parametrize("ch", CHAPTERS, ids=lambda c: c.number)
+def test_bookkeeping_is_tagged_folded_and_no_lesson(ch):
+    nb = load(ch)
+    for c in nb.cells:
+        if "bookkeeping" in tags(c):
+            assert c.metadata.get("jupyter", {}).get("source_hidden"), "sync folds bookkeeping cells"
+        if c.cell_type == "markdown":
+            assert not re.match(r"## \d+ · Where this ran", c.source), "bookkeeping is no numbered lesson"

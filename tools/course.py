@@ -131,12 +131,36 @@ def footer_markdown(ch: Chapter) -> str:
     return "---\n" + navigation(ch)
 
 
+def sitting(nb) -> tuple[str, str]:
+    """How long a chapter takes and what it needs, from the notebook itself: ``("about 60 min", "CPU")``.
+
+    The time is an estimate: its core path read at 150 words a minute, 1.5 minutes for each of its code
+    cells and 8 for each exercise (a check it imports), rounded to 5 minutes. It needs a CPU; cells tagged
+    ``requires-cuda`` / ``requires-multi-gpu`` run where one or two GPUs are and say *Skipped* elsewhere."""
+    words, code = core_size(nb)
+    exercises = sum(len(re.findall(r"\bcheck_\w+", c["source"].split("import", 1)[1]))
+                    for c in nb.cells if c["cell_type"] == "code" and c["source"].startswith("from utils.exercises"))
+    minutes = 5 * round((words / 150 + 1.5 * code + 8 * exercises) / 5)
+    tags = {t for c in nb.cells if c["cell_type"] == "code" for t in _tags(c)}
+    needs = ("CPU; some cells use 2 GPUs" if "requires-multi-gpu" in tags
+             else "CPU; some cells use a GPU" if "requires-cuda" in tags else "CPU")
+    return (f"about {minutes} min" if minutes else "5 min"), needs
+
+
+TABLE_NOTE = (
+    "*Time* is an estimate for one sitting: the chapter's main line read at 150 words a minute, 1.5 minutes for "
+    "each of its code cells and 8 for each exercise; the folded *Going further* blocks come on top. *Needs*: "
+    "every chapter runs on a CPU; a cell that needs a GPU (or two) says *Skipped* where there is none."
+)
+
+
 def chapter_table(link_prefix: str = "notebooks/") -> str:
-    rows = ["| # | Chapter | Prerequisites | Open |", "|---|---|---|---|"]
+    rows = ["| # | Chapter | Prerequisites | Time | Needs | Open |", "|---|---|---|---|---|---|"]
     for ch in CHAPTERS:
         pre = ", ".join(ch.prerequisites) or "—"
+        time, needs = sitting(nbformat.read(ch.path, as_version=4))
         open_ = f"[Colab]({colab_url(ch)}) · [Binder]({binder_url(ch)})"
-        rows.append(f"| {ch.number} | [{ch.title}]({link_prefix}{ch.file}) | {pre} | {open_} |")
+        rows.append(f"| {ch.number} | [{ch.title}]({link_prefix}{ch.file}) | {pre} | {time} | {needs} | {open_} |")
     return "\n".join(rows)
 
 
@@ -200,11 +224,17 @@ def synced(ch: Chapter, nb):
     cells[0]["source"] = "\n".join([f"# {ch.number} · {ch.title}", *rest])
     cells.insert(1, _md_cell("nav-header", header_markdown(ch), "nav-header"))
     cells.append(_md_cell("nav-footer", footer_markdown(ch), "nav-footer"))
+    from tools import slides
+
     for cell in cells:
         if cell["cell_type"] == "code" and "setup" in _tags(cell):
             cell["source"] = _with_setup(cell["source"])
         if cell["cell_type"] == "markdown" and "course-map" in _tags(cell):
-            cell["source"] = "## The chapters\n\n" + chapter_table(link_prefix="")
+            cell["source"] = "## The chapters\n\n" + chapter_table(link_prefix="") + "\n\n" + TABLE_NOTE
+        if "bookkeeping" in _tags(cell):  # course bookkeeping, not a lesson: its source starts collapsed
+            cell.setdefault("metadata", {}).setdefault("jupyter", {})["source_hidden"] = True
+        if cell["cell_type"] == "markdown" and cell["source"].startswith(slides.GOING_FURTHER):
+            cell.setdefault("metadata", {})["jp-MarkdownHeadingCollapsed"] = True  # JupyterLab folds the block
     _set_slideshow(nb, cells)
     nb.cells = cells
     nb.metadata["kernelspec"] = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
@@ -217,7 +247,7 @@ TABLE_RE = re.compile(r"(<!-- chapters:start -->\n).*?(<!-- chapters:end -->)", 
 def synced_readme(text: str) -> str:
     if not TABLE_RE.search(text):
         raise ValueError("README.md lacks the <!-- chapters:start --> / <!-- chapters:end --> markers")
-    return TABLE_RE.sub(lambda m: m.group(1) + chapter_table() + "\n" + m.group(2), text)
+    return TABLE_RE.sub(lambda m: m.group(1) + chapter_table() + "\n\n" + TABLE_NOTE + "\n" + m.group(2), text)
 
 
 def _dump(nb) -> str:
@@ -285,6 +315,35 @@ def write_decks(chapters: list[Chapter], out: Path) -> list[Path]:
     decks = [(ch.path.stem, f"{ch.number} · {ch.title}", synced(ch, nbformat.read(ch.path, as_version=4)))
              for ch in chapters]
     return slides.export(decks, out, index={f"{c.path.stem}.slides.html": f"{c.number} · {c.title}" for c in CHAPTERS})
+
+
+# --- the core path: what a learner reads in one sitting ---------------------------------------------------
+
+#: The core path's budget: a chapter a learner finishes in one sitting (Going-further blocks, bookkeeping and
+#: exercises not counted).
+CORE_WORDS, CORE_CODE_CELLS = 2000, 25
+
+
+def core_path(nb) -> list:
+    """The cells from ``## What you will learn`` up to ``## Summary``, minus "Going further" blocks and cells
+    tagged ``bookkeeping``."""
+    from tools.slides import going_further
+
+    cells = list(nb.cells)
+    further = going_further(cells)
+    heads = [c["source"].lstrip() if c["cell_type"] == "markdown" else "" for c in cells]
+    start = next((i for i, h in enumerate(heads) if h.startswith("## What you will learn")), len(cells))
+    end = next((i for i, h in enumerate(heads) if h.startswith("## Summary")), len(cells))
+    return [c for i, c in enumerate(cells[start:end], start)
+            if i not in further and "bookkeeping" not in _tags(c)]
+
+
+def core_size(nb) -> tuple[int, int]:
+    """``(words of prose, code cells)`` of the core path; code blocks in markdown are not prose."""
+    cells = core_path(nb)
+    words = sum(len(re.sub(r"```.*?```", "", c["source"], flags=re.S).split())
+                for c in cells if c["cell_type"] == "markdown")
+    return words, sum(c["cell_type"] == "code" for c in cells)
 
 
 # --- which compared cells work on the chosen device --------------------------------------------------

@@ -6,7 +6,8 @@ Two parts, one size model:
 
 * :func:`slide_types` decides every cell's ``slideshow`` metadata; ``tools/course.py`` stores it in the
   notebooks on ``sync``, where both the exported decks and RISE (live presenting in JupyterLab) read it.
-  The setup cell, hidden reference solutions and the navigation cells are skipped, cells that only
+  The setup cell, hidden reference solutions, bookkeeping cells (their source is collapsed), "Going further"
+  blocks and the navigation cells are skipped, cells that only
   ``assert`` become speaker notes, ``## `` starts a slide and ``### `` a sub-slide, code cells after the
   first item of a sub-slide appear as fragments, and a sub-slide that would grow taller than the slide
   continues on the next sub-slide. Heights are estimated from the cells themselves (lines of code, lines
@@ -272,6 +273,26 @@ def hidden_kind(cell) -> str | None:
     return None
 
 
+#: A "Going further" block: a markdown cell starting with this heading and the cells after it, up to the next
+#: ``## `` heading. JupyterLab shows it folded (``tools/course.py`` marks the heading collapsed).
+GOING_FURTHER = "### Going further:"
+
+
+def going_further(cells: Sequence) -> set[int]:
+    """The indices of the cells in "Going further" blocks: from a markdown cell that starts with
+    ``### Going further:`` up to the next ``## `` heading. The slides show the core path only."""
+    inside, found = False, set()
+    for i, cell in enumerate(cells):
+        first = cell["source"].lstrip().split("\n", 1)[0] if cell["cell_type"] == "markdown" else ""
+        if first.startswith("## "):
+            inside = False
+        if first.startswith(GOING_FURTHER):
+            inside = True
+        if inside:
+            found.add(i)
+    return found
+
+
 def heading_kind(cell) -> str | None:
     if cell["cell_type"] != "markdown":
         return None
@@ -510,11 +531,12 @@ def slide_types(cells: Sequence) -> list[str]:
     fragment: the teacher shows it with the next key press.
     """
     kinds: list[str] = []
-    shown = [i for i, cell in enumerate(cells) if hidden_kind(cell) is None]
+    further = going_further(cells)
+    shown = [i for i, cell in enumerate(cells) if hidden_kind(cell) is None and i not in further]
     heights = {i: cell_height(cells[i]) for i in shown}
     used = 0.0
     for i, cell in enumerate(cells):
-        hidden = hidden_kind(cell)
+        hidden = "skip" if i in further else hidden_kind(cell)
         if hidden:
             kinds.append(hidden)
             continue
