@@ -84,6 +84,8 @@ def test_colab_install_command_installs_utils_into_a_fresh_environment(tmp_path)
     """
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
+    # the commit under test, as the branch the command names (a checkout on another branch has no local main)
+    subprocess.run(["git", "-C", str(clone), "checkout", "--quiet", "-B", "main"], check=True)
     env_dir = tmp_path / "env"
     venv.EnvBuilder(with_pip=False).create(env_dir)
     py = env_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
