@@ -24,6 +24,10 @@ depends on the thread count.
 IPython. The run's kernels get an IPython directory of their own (``IPYTHONDIR``, a temporary folder), with
 their input history kept in memory: no one's profile reaches a lesson, and ~/.ipython is left alone.
 
+Chinese editions. ``notebooks/zh-Hans`` and ``notebooks/zh-Hant`` hold the same code as the English notebooks
+(tests/test_translation.py checks it). A plain run re-runs the two editions in ``CHINESE_BY_DEFAULT``; name the
+folders to run them all: ``python -m pytest notebooks/zh-Hans notebooks/zh-Hant``.
+
 Sockets. nbval's kernels and their clients talk through Unix sockets in a temporary folder, not TCP ports:
 another process could take a port between jupyter_client choosing it and the kernel binding it, and the
 kernel would die at start ("Kernel died before replying to kernel_info").
@@ -45,6 +49,21 @@ GPU_CELL = "gpu_cell"  # keyword on hardware-tagged items; it travels with their
 _TALLY = {"run": 0, "skipped": 0, "failed": 0}  # GPU cells, counted where reports arrive
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+#: The Chinese editions a plain run re-runs under nbval (the others run when their folder is named).
+CHINESE_BY_DEFAULT = {("zh-Hans", "01_layers_and_blocks.ipynb"), ("zh-Hant", "07_gpu_placement.ipynb")}
+
+
+def pytest_ignore_collect(collection_path: Path, config):
+    """Skip the Chinese editions not in ``CHINESE_BY_DEFAULT``, unless the command line names them."""
+    folder = collection_path.parent
+    if collection_path.suffix != ".ipynb" or folder.name not in ("zh-Hans", "zh-Hant"):
+        return None
+    if (folder.name, collection_path.name) in CHINESE_BY_DEFAULT:
+        return None
+    named = {Path(arg.split("::")[0]).resolve() for arg in config.args}
+    return not named & {collection_path, folder}
 
 
 def required_gpus(environ=os.environ) -> int:
@@ -185,7 +204,7 @@ def pytest_collection_modifyitems(config, items):
         if getattr(item, "cell", None) is not None:
             # One kernel per notebook: with --dist loadgroup all its cells go to one worker, while the
             # other tests spread over the workers one by one.
-            item.add_marker(pytest.mark.xdist_group(item.path.stem))
+            item.add_marker(pytest.mark.xdist_group(f"{item.path.parent.name}/{item.path.stem}"))
         tags = _tags(item)
         need = max((HARDWARE_TAGS[t] for t in tags & HARDWARE_TAGS.keys()), default=0)
         if not need:

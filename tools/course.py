@@ -46,6 +46,10 @@ class Chapter:
     def path(self) -> Path:
         return NOTEBOOKS / self.file
 
+    def path_in(self, language: str) -> Path:
+        """The notebook in ``language``: the English source, or its Chinese edition (``notebooks/zh-Hans/...``)."""
+        return self.path if language == "en" else NOTEBOOKS / language / self.file
+
 
 CHAPTERS = (
     Chapter("00", "00_index.ipynb", "Course map"),
@@ -88,50 +92,68 @@ print(f"PyTorch {{torch.__version__}}; this notebook runs on: {{device}}")
 """
 
 
-def colab_url(ch: Chapter) -> str:
-    return f"https://colab.research.google.com/github/{REPO}/blob/{BRANCH}/notebooks/{ch.file}"
+#: The course's languages: English, the source, and the Chinese editions made from it (tools/translate.py).
+LANGUAGES = ("en", "zh-Hans", "zh-Hant")
 
 
-def binder_url(ch: Chapter) -> str:
-    return f"https://mybinder.org/v2/gh/{REPO}/{BRANCH}?urlpath={quote('lab/tree/notebooks/' + ch.file, safe='')}"
+def tr(text: str, language: str = "en") -> str:
+    """``text`` (one of the course's generated strings: a title, a table heading, ...) in ``language``."""
+    if language == "en":
+        return text
+    from tools import translate
+
+    return translate.generated_strings(language).get(text, text)
 
 
-def badges(ch: Chapter) -> str:
+def _repo_path(ch: Chapter, language: str) -> str:
+    return ch.path_in(language).relative_to(ROOT).as_posix()
+
+
+def colab_url(ch: Chapter, language: str = "en") -> str:
+    return f"https://colab.research.google.com/github/{REPO}/blob/{BRANCH}/{_repo_path(ch, language)}"
+
+
+def binder_url(ch: Chapter, language: str = "en") -> str:
+    lab_path = "lab/tree/" + _repo_path(ch, language)
+    return f"https://mybinder.org/v2/gh/{REPO}/{BRANCH}?urlpath={quote(lab_path, safe='')}"
+
+
+def badges(ch: Chapter, language: str = "en") -> str:
     return (
-        f"[![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab_url(ch)}) "
-        f"[![Launch on Binder](https://mybinder.org/badge_logo.svg)]({binder_url(ch)})"
+        f"[![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab_url(ch, language)}) "
+        f"[![Launch on Binder](https://mybinder.org/badge_logo.svg)]({binder_url(ch, language)})"
     )
 
 
-def _link(ch: Chapter) -> str:
-    return f"[{ch.number} · {ch.title}]({ch.file})"
+def _link(ch: Chapter, language: str = "en") -> str:
+    return f"[{ch.number} · {tr(ch.title, language)}]({ch.file})"
 
 
-def navigation(ch: Chapter) -> str:
+def navigation(ch: Chapter, language: str = "en") -> str:
     i = CHAPTERS.index(ch)
     parts = []
     if i > 0:
-        parts.append(f"← {_link(CHAPTERS[i - 1])}")
+        parts.append(f"← {_link(CHAPTERS[i - 1], language)}")
     if ch.number != "00" and i - 1 > 0:  # chapter 01's "previous" link is the course map already
-        parts.append(f"[Course map]({CHAPTERS[0].file})")
+        parts.append(f"[{tr('Course map', language)}]({CHAPTERS[0].file})")
     if i + 1 < len(CHAPTERS):
-        parts.append(f"{_link(CHAPTERS[i + 1])} →")
+        parts.append(f"{_link(CHAPTERS[i + 1], language)} →")
     return " · ".join(parts)
 
 
-def header_markdown(ch: Chapter) -> str:
-    lines = [badges(ch), "", navigation(ch)]
+def header_markdown(ch: Chapter, language: str = "en") -> str:
+    lines = [badges(ch, language), "", navigation(ch, language)]
     if ch.prerequisites:
-        pre = ", ".join(_link(BY_NUMBER[p]) for p in ch.prerequisites)
-        lines += ["", f"*Prerequisites:* {pre}"]
+        pre = ", ".join(_link(BY_NUMBER[p], language) for p in ch.prerequisites)
+        lines += ["", f"*{tr('Prerequisites:', language)}* {pre}"]
     return "\n".join(lines)
 
 
-def footer_markdown(ch: Chapter) -> str:
-    return "---\n" + navigation(ch)
+def footer_markdown(ch: Chapter, language: str = "en") -> str:
+    return "---\n" + navigation(ch, language)
 
 
-def sitting(nb) -> tuple[str, str]:
+def sitting(nb, language: str = "en") -> tuple[str, str]:
     """How long a chapter takes and what it needs, from the notebook itself: ``("about 60 min", "CPU")``.
 
     The time is an estimate: its core path read at 150 words a minute, 1.5 minutes for each of its code
@@ -144,7 +166,7 @@ def sitting(nb) -> tuple[str, str]:
     tags = {t for c in nb.cells if c["cell_type"] == "code" for t in _tags(c)}
     needs = ("CPU; some cells use 2 GPUs" if "requires-multi-gpu" in tags
              else "CPU; some cells use a GPU" if "requires-cuda" in tags else "CPU")
-    return (f"about {minutes} min" if minutes else "5 min"), needs
+    return tr("about {minutes} min", language).format(minutes=max(minutes, 5)), tr(needs, language)
 
 
 TABLE_NOTE = (
@@ -154,14 +176,24 @@ TABLE_NOTE = (
 )
 
 
-def chapter_table(link_prefix: str = "notebooks/") -> str:
-    rows = ["| # | Chapter | Prerequisites | Time | Needs | Open |", "|---|---|---|---|---|---|"]
+def chapter_table(link_prefix: str = "notebooks/", language: str = "en") -> str:
+    head = [tr(word, language) for word in ("Chapter", "Prerequisites", "Time", "Needs", "Open")]
+    rows = ["| # | " + " | ".join(head) + " |", "|---|---|---|---|---|---|"]
     for ch in CHAPTERS:
         pre = ", ".join(ch.prerequisites) or "—"
-        time, needs = sitting(nbformat.read(ch.path, as_version=4))
-        open_ = f"[Colab]({colab_url(ch)}) · [Binder]({binder_url(ch)})"
-        rows.append(f"| {ch.number} | [{ch.title}]({link_prefix}{ch.file}) | {pre} | {time} | {needs} | {open_} |")
+        time, needs = sitting(nbformat.read(ch.path, as_version=4), language)
+        open_ = f"[Colab]({colab_url(ch, language)}) · [Binder]({binder_url(ch, language)})"
+        title = tr(ch.title, language)
+        rows.append(f"| {ch.number} | [{title}]({link_prefix}{ch.file}) | {pre} | {time} | {needs} | {open_} |")
     return "\n".join(rows)
+
+
+def generated_messages() -> list[str]:
+    """The strings the course's tools write into notebooks and READMEs: what ``tr`` translates."""
+    titles = [ch.title for ch in CHAPTERS]
+    words = ["Course map", "Prerequisites:", "Chapter", "Time", "Needs", "Open", "The chapters",
+             "about {minutes} min", "CPU", "CPU; some cells use a GPU", "CPU; some cells use 2 GPUs", TABLE_NOTE]
+    return list(dict.fromkeys(titles + words))
 
 
 # --- applying it to notebooks ----------------------------------------------------------------------
@@ -213,24 +245,26 @@ def _with_setup(source: str) -> str:
     return SETUP + rest
 
 
-def synced(ch: Chapter, nb):
-    """Return a copy of ``nb`` with its generated parts brought up to date."""
+def synced(ch: Chapter, nb, language: str = "en"):
+    """Return a copy of ``nb`` with its generated parts brought up to date (in ``language``: the Chinese
+    editions are made from the English notebook by ``tools.translate``, then given their generated parts)."""
     nb = nbformat.from_dict(nb)
     cells = [c for c in nb.cells if not {"nav-header", "nav-footer"} & set(_tags(c))]
     if not cells or cells[0]["cell_type"] != "markdown" or not cells[0]["source"].startswith("# "):
         raise ValueError(f"{ch.file}: the first cell must be the title '# {ch.number} · ...'")
     # The number and title are kept once, in CHAPTERS: the title line is generated from it.
     rest = cells[0]["source"].split("\n", 1)[1:]
-    cells[0]["source"] = "\n".join([f"# {ch.number} · {ch.title}", *rest])
-    cells.insert(1, _md_cell("nav-header", header_markdown(ch), "nav-header"))
-    cells.append(_md_cell("nav-footer", footer_markdown(ch), "nav-footer"))
+    cells[0]["source"] = "\n".join([f"# {ch.number} · {tr(ch.title, language)}", *rest])
+    cells.insert(1, _md_cell("nav-header", header_markdown(ch, language), "nav-header"))
+    cells.append(_md_cell("nav-footer", footer_markdown(ch, language), "nav-footer"))
     from tools import slides
 
     for cell in cells:
         if cell["cell_type"] == "code" and "setup" in _tags(cell):
             cell["source"] = _with_setup(cell["source"])
         if cell["cell_type"] == "markdown" and "course-map" in _tags(cell):
-            cell["source"] = "## The chapters\n\n" + chapter_table(link_prefix="") + "\n\n" + TABLE_NOTE
+            cell["source"] = (f"## {tr('The chapters', language)}\n\n" + chapter_table("", language) + "\n\n"
+                              + tr(TABLE_NOTE, language))
         if "bookkeeping" in _tags(cell):  # course bookkeeping, not a lesson: its source starts collapsed
             cell.setdefault("metadata", {}).setdefault("jupyter", {})["source_hidden"] = True
         if cell["cell_type"] == "markdown" and cell["source"].startswith(slides.GOING_FURTHER):
@@ -254,6 +288,25 @@ def _dump(nb) -> str:
     return nbformat.writes(nb) + "\n"
 
 
+def chinese_editions(chapters) -> dict[Path, str]:
+    """The Chinese editions of ``chapters`` as ``sync`` writes them: each chapter's 简体 catalogue brought up to
+    date, and its notebook in 简体 and 繁體 (plus ``course.po``, the generated strings' catalogue)."""
+    from tools import translate
+
+    known = translate.known_translations()
+    course_po = translate.updated_catalogue(generated_messages(), translate.load_catalogue("course"), known)
+    files = {translate.catalogue_path("course"): translate.catalogue_text(course_po)}
+    for ch in chapters:
+        english = synced(ch, nbformat.read(ch.path, as_version=4))
+        old = translate.load_catalogue(ch.path.stem)
+        po = translate.updated_catalogue(translate.notebook_messages(english), old, known)
+        files[translate.catalogue_path(ch.path.stem)] = translate.catalogue_text(po)
+        for language in LANGUAGES[1:]:
+            edition = translate.translated_notebook(synced(ch, english, language), po, language)
+            files[ch.path_in(language)] = _dump(edition)
+    return files
+
+
 def stale() -> list[str]:
     """Files whose generated parts are out of date (or chapters whose notebook is missing)."""
     out = []
@@ -269,6 +322,9 @@ def stale() -> list[str]:
     readme = README.read_text(encoding="utf-8")
     if synced_readme(readme) != readme:
         out.append("README.md")
+    for path, text in chinese_editions([c for c in CHAPTERS if c.path.exists()]).items():
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            out.append(str(path.relative_to(ROOT)))
     return out
 
 
@@ -279,6 +335,14 @@ def sync(numbers: list[str] | None = None) -> None:
             ch.path.write_text(_dump(synced(ch, nbformat.read(ch.path, as_version=4))), encoding="utf-8")
     if not numbers:
         README.write_text(synced_readme(README.read_text(encoding="utf-8")), encoding="utf-8")
+    from tools import translate
+
+    for _ in range(2):  # the second round gives the editions the generated strings' catalogue just written
+        translate.generated_strings.cache_clear()
+        chosen = [c for c in CHAPTERS if c.path.exists() and (not numbers or c.number in numbers)]
+        for path, text in chinese_editions(chosen).items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
 
 
 def execute(chapter: Chapter, timeout: int = 300) -> None:

@@ -1,0 +1,264 @@
+"""The Chinese editions: every chapter in 简体 and 繁體, made from the English notebook and gettext catalogues.
+
+English is the one source. ``locale/zh_Hans/LC_MESSAGES/<chapter>.po`` holds a chapter's messages: one per
+Markdown block (``mdpo`` splits a cell into its headings, paragraphs, list items and table cells) and one per code
+comment, each with its 简体 translation. 繁體 is not kept by hand: OpenCC converts 简体 with Taiwan's words and
+phrases (``s2twp``), then ``OVERRIDES`` fixes the few terms it gets wrong for this course.
+
+``python -m tools.course sync`` brings every catalogue up to date (new English text comes in untranslated, text
+that left a chapter goes; a translation follows its English sentence from one chapter to another) and writes
+``notebooks/zh-Hans/`` and ``notebooks/zh-Hant/``: the English notebook's code, outputs and metadata with the
+Chinese Markdown and code comments. Identifiers, strings and outputs are not translated (the test suite compares
+them).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import tokenize
+from functools import cache
+from pathlib import Path
+
+import polib
+
+ROOT = Path(__file__).resolve().parents[1]
+LOCALE = ROOT / "locale"
+LANGUAGES = ("zh-Hans", "zh-Hant")
+
+#: Terms that OpenCC's s2twp conversion gets wrong for this course (applied after it, in this order).
+OVERRIDES = {
+    "引數": "參數",  # 参数 is a model's parameter here, not a function's argument
+    "最佳化器": "優化器",
+    "登錄檔": "註冊表",  # a module's registries, not the Windows registry
+    "訪問": "存取",
+}
+
+#: Comments that are instructions to tools, or markers the course's tools look for: never translated.
+_UNTRANSLATED_COMMENT = re.compile(r"^(noqa|type:|pragma|fmt:|ruff:|----)")
+
+
+def catalogue_path(stem: str, language: str = "zh-Hans") -> Path:
+    return LOCALE / language.replace("-", "_") / "LC_MESSAGES" / f"{stem}.po"
+
+
+# --- what a notebook asks translators for ----------------------------------------------------------------
+
+def markdown_messages(markdown: str) -> list[str]:
+    """The messages of one Markdown cell, as ``mdpo`` splits it (code blocks are not messages)."""
+    from mdpo.md2po import markdown_to_pofile
+
+    return [entry.msgid for entry in markdown_to_pofile(markdown)]
+
+
+def _comment_runs(code: str) -> list[tuple[int, int, list[tuple[int, int, int]], str]]:
+    """Comments of a code cell, consecutive full-line comments at one indentation joined into one run:
+    ``(first line, indent or -1 for a trailing comment, [(line, start col, end col)], text)``."""
+    lines = [line if not line.lstrip().startswith(("%", "!")) else "" for line in code.split("\n")]
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO("\n".join(lines)).readline))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return []
+    runs: list = []
+    for tok in tokens:
+        if tok.type != tokenize.COMMENT:
+            continue
+        (row, col), (_, end) = tok.start, tok.end
+        text = tok.string[1:].strip()
+        full_line = not tok.line[:col].strip()
+        if not text or _UNTRANSLATED_COMMENT.match(text):
+            continue
+        prev = runs[-1] if runs else None
+        if full_line and prev and prev[1] == col and prev[2][-1][0] == row - 1:
+            prev[2].append((row, col, end))
+            runs[-1] = (prev[0], prev[1], prev[2], prev[3] + " " + text)
+        else:
+            runs.append((row, col if full_line else -1, [(row, col, end)], text))
+    return runs
+
+
+def code_messages(code: str) -> list[str]:
+    return [run[3] for run in _comment_runs(code)]
+
+
+GENERATED_TAGS = {"nav-header", "nav-footer", "course-map"}
+
+
+def _title_split(nb, cell) -> tuple[str, str]:
+    """The title cell's generated first line (``# NN · title``, written in each language by tools/course.py)
+    and the rest of the cell."""
+    if cell is nb.cells[0] and cell.source.startswith("# "):
+        first, _, rest = cell.source.partition("\n")
+        return first + "\n", rest
+    return "", cell.source
+
+
+def notebook_messages(nb) -> list[str]:
+    """Every message of a notebook, in order, each once. Generated text (the title line, navigation, the
+    chapter table) is not included: tools/course.py writes it in each language from ``course.po``."""
+    seen: dict[str, None] = {}
+    for cell in nb.cells:
+        if GENERATED_TAGS & set(cell.get("metadata", {}).get("tags", [])):
+            continue
+        if cell.cell_type == "markdown":
+            seen.update(dict.fromkeys(markdown_messages(_title_split(nb, cell)[1])))
+        elif cell.cell_type == "code":
+            seen.update(dict.fromkeys(code_messages(cell.source)))
+    return list(seen)
+
+
+# --- catalogues -------------------------------------------------------------------------------------------
+
+def _new_catalogue() -> polib.POFile:
+    po = polib.POFile(wrapwidth=0)
+    po.metadata = {
+        "Project-Id-Version": "torch-building-blocks",
+        "Language": "zh_Hans",
+        "MIME-Version": "1.0",
+        "Content-Type": "text/plain; charset=UTF-8",
+        "Content-Transfer-Encoding": "8bit",
+        "Plural-Forms": "nplurals=1; plural=0;",
+    }
+    return po
+
+
+def known_translations() -> dict[str, str]:
+    """Every translated message in every 简体 catalogue: a sentence moved to another chapter keeps its
+    translation."""
+    known: dict[str, str] = {}
+    for path in sorted(catalogue_path("*").parent.glob("*.po")):
+        for entry in polib.pofile(str(path)):
+            if entry.msgstr and not entry.fuzzy and not entry.obsolete:
+                known.setdefault(entry.msgid, entry.msgstr)
+    return known
+
+
+def updated_catalogue(messages: list[str], old: polib.POFile | None, known: dict[str, str]) -> polib.POFile:
+    """The catalogue of ``messages`` in order, each with its translation from ``old`` or from ``known``."""
+    po = _new_catalogue()
+    if old is not None:
+        po.metadata = old.metadata
+    previous = {e.msgid: e for e in old or []}
+    for msgid in messages:
+        entry = polib.POEntry(msgid=msgid, msgstr=known.get(msgid, ""))
+        if msgid in previous and previous[msgid].tcomment:
+            entry.tcomment = previous[msgid].tcomment  # a translator's note stays with its message
+        po.append(entry)
+    return po
+
+
+def catalogue_text(po: polib.POFile) -> str:
+    po.wrapwidth = 0
+    return str(po) + "\n"
+
+
+# --- 繁體 from 简体 ------------------------------------------------------------------------------------------
+
+@cache
+def _converter():
+    import opencc
+
+    return opencc.OpenCC("s2twp")
+
+
+def to_traditional(text: str) -> str:
+    text = _converter().convert(text)
+    for wrong, right in OVERRIDES.items():
+        text = text.replace(wrong, right)
+    return text
+
+
+def language_catalogue(po: polib.POFile, language: str) -> polib.POFile:
+    if language == "zh-Hans":
+        return po
+    converted = _new_catalogue()
+    converted.metadata = dict(po.metadata, Language="zh_Hant")
+    for entry in po:
+        converted.append(polib.POEntry(msgid=entry.msgid, msgstr=to_traditional(entry.msgstr)))
+    return converted
+
+
+# --- translating a notebook -------------------------------------------------------------------------------
+
+def translate_markdown(markdown: str, po: polib.POFile) -> str:
+    """``markdown`` with each of its messages replaced by its translation in ``po`` (mdpo's ``po2md``)."""
+    from mdpo.po2md import Po2Md
+
+    if not markdown_messages(markdown):
+        return markdown
+    translator = Po2Md([], wrapwidth=float("inf"))
+    translator.pofiles = [po]  # the catalogue already read, rather than a path po2md would parse per cell
+    return translator.translate(markdown).rstrip("\n")
+
+
+_PUNCTUATION = re.compile(r"[，。；：、）,;:)]\s*")
+
+
+def _split(text: str, parts: int) -> list[str]:
+    """``text`` in ``parts`` lines of about equal length, each break after a punctuation mark where there is one
+    near, else at a space, else between two characters outside a code span or an English word."""
+    spans = [m.span() for m in re.finditer(r"`[^`]*`|[A-Za-z0-9_.]+", text)]
+    inside = {i for a, b in spans for i in range(a + 1, b)}
+    punctuation = {m.end() for m in _PUNCTUATION.finditer(text)}
+    spaces = {m.end() for m in re.finditer(r"\s+", text)}
+    allowed = [i for i in range(1, len(text)) if i not in inside]
+    cuts, last = [], 0
+    for k in range(1, parts):
+        target = k * len(text) / parts
+        options = [i for i in allowed if i > last] or [len(text)]
+        window = [i for i in options if abs(i - target) <= len(text) / (2 * parts)]
+        near = [i for i in window if i in punctuation] or [i for i in window if i in spaces] or options
+        cut = min(near, key=lambda i: abs(i - target))
+        cuts.append(cut)
+        last = cut
+    bounds = [0, *cuts, len(text)]
+    return [text[a:b].strip() for a, b in zip(bounds, bounds[1:])]
+
+
+def translate_code(code: str, table: dict[str, str]) -> str:
+    """``code`` with its comments replaced by their translations: the code and its line numbers are unchanged
+    (a comment that ran over several lines is translated as one sentence, then spread over the same lines)."""
+    lines = code.split("\n")
+    for _first, _indent, spans, text in _comment_runs(code):
+        translated = table.get(text)
+        if not translated:
+            continue
+        for (row, col, end), piece in zip(spans, _split(translated, len(spans)), strict=True):
+            line = lines[row - 1]
+            lines[row - 1] = line[:col] + ("# " + piece).rstrip() + line[end:]
+    return "\n".join(lines)
+
+
+def translated_notebook(nb, po: polib.POFile, language: str):
+    """A copy of ``nb`` (an English notebook whose generated parts are already in ``language``) with its Markdown
+    and code comments translated by the 简体 catalogue ``po``."""
+    import nbformat
+
+    nb = nbformat.from_dict(nb)
+    po = language_catalogue(po, language)
+    table = {e.msgid: e.msgstr for e in po if e.msgstr}
+    for cell in nb.cells:
+        if GENERATED_TAGS & set(cell.get("metadata", {}).get("tags", [])):
+            continue
+        if cell.cell_type == "markdown":
+            title, rest = _title_split(nb, cell)
+            cell.source = title + translate_markdown(rest, po)
+        elif cell.cell_type == "code":
+            cell.source = translate_code(cell.source, table)
+    return nb
+
+
+COURSE_CATALOGUE = "course"  # the strings tools/course.py generates: titles, table headings, navigation
+
+
+def load_catalogue(stem: str) -> polib.POFile | None:
+    path = catalogue_path(stem)
+    return polib.pofile(str(path), wrapwidth=0) if path.exists() else None
+
+
+@cache
+def generated_strings(language: str) -> dict[str, str]:
+    po = load_catalogue(COURSE_CATALOGUE)
+    if po is None:
+        return {}
+    return {e.msgid: e.msgstr for e in language_catalogue(po, language) if e.msgstr}
