@@ -249,8 +249,11 @@ def test_the_deck_template_names_no_network_resource():
 # --- every chapter's deck, in a browser ------------------------------------------------------------------------
 
 @functools.cache
-def synced(ch):
-    """The chapter as ``tools.course sync`` makes it, once per worker (the tests here only read it)."""
+def synced(ch, language="en"):
+    """The chapter as ``tools.course sync`` makes it (its Chinese edition as sync writes it), once per worker
+    (the tests here only read it)."""
+    if language != "en":
+        return nbformat.read(ch.path_in(language), as_version=4)
     return course.synced(ch, nbformat.read(ch.path, as_version=4))
 
 
@@ -339,16 +342,27 @@ async () => {
   R.slide(R.getHorizontalSlides().length - 1, 0);
   return {scale, slides: out, total: R.getTotalSlides(), last: R.isLastSlide() || R.getIndices().h > 0,
           fonts: document.fonts.check('16px "Source Sans Pro"'),
+          // a CJK font is installed when text set in it measures differently from the fallback's
+          cjk: (() => { const c = document.createElement('canvas').getContext('2d'), w = f => {
+                  c.font = f; return c.measureText('Tensor 0123 gradient').width; };
+                return ['SC', 'TC'].every(v => w(`20px "Noto Sans CJK ${v}", monospace`) !== w('20px monospace')); })(),
           math: document.querySelectorAll('.MathJax, .MathJax_Display').length,
           mathErrors: document.querySelectorAll('.MathJax_Error, merror').length};
 }
 """
 
 
+DECKS = [(language, ch) for language in course.LANGUAGES for ch in CHAPTERS]
+
+
 @pytest.fixture(scope="module")
 def decks(tmp_path_factory):
     out = tmp_path_factory.mktemp("slides")
-    return dict(zip([c.number for c in CHAPTERS], course.write_decks(CHAPTERS, out), strict=True))
+    made = {}
+    for language in course.LANGUAGES:
+        paths = course.write_decks(CHAPTERS, out, language)
+        made.update({(language, c.number): path for c, path in zip(CHAPTERS, paths, strict=True)})
+    return made
 
 
 @pytest.fixture(scope="module")
@@ -363,12 +377,12 @@ def walked(decks, browser):
         page.on("request", lambda request: log["requests"].append(request.url))
         page.on("requestfailed", lambda request: log["failed"].append(request.url))
         page.on("pageerror", lambda exc: log["errors"].append(str(exc)))
-        for number, path in decks.items():
+        for key, path in decks.items():
             for entries in log.values():
                 entries.clear()
             page.goto(path.as_uri(), wait_until="commit")
             page.wait_for_function("window.Reveal && Reveal.isReady()", timeout=30_000)
-            results[number] = {**page.evaluate(WALK), **{k: list(v) for k, v in log.items()}}
+            results[key] = {**page.evaluate(WALK), **{k: list(v) for k, v in log.items()}}
     finally:
         context.close()
     return results
@@ -394,23 +408,31 @@ def test_every_chapter_exports_to_a_deck(decks):
         kinds = [c.metadata["slideshow"]["slide_type"] for c in nb.cells]
         sections = sum(c.cell_type == "markdown" and c.source.startswith("## ") for c in nb.cells)
         assert kinds.count("slide") == 1 + sections, "one slide for the title and one per section"
-        tops, subs = slide_counts(decks[ch.number].read_text())
+        tops, subs = slide_counts(decks["en", ch.number].read_text())
         assert tops == 1 + sections and subs >= kinds.count("slide") + kinds.count("subslide"), ch.number
-    assets = next(iter(decks.values())).parent / "_assets"
+        for language in course.LANGUAGES[1:]:  # a Chinese deck: the same sections, its own sub-slides
+            assert slide_counts(decks[language, ch.number].read_text())[0] == tops, (language, ch.number)
+    assets = decks["en", CHAPTERS[0].number].parent / "_assets"
     assert (assets / "reveal" / "dist" / "reveal.js").exists() and (assets / "mathjax" / "MathJax.js").exists()
     assert (assets.parent / "index.html").exists()
+    for language in course.LANGUAGES[1:]:
+        folder = decks[language, CHAPTERS[0].number].parent
+        assert folder == assets.parent / language and (folder / "index.html").exists()
+        assert not (folder / "_assets").exists(), "the Chinese decks share the English decks' reveal.js and MathJax"
 
 
-@pytest.mark.parametrize("ch", CHAPTERS, ids=lambda c: c.number)
-def test_every_slide_fits_reads_well_and_needs_no_network(walked, ch):
-    deck = walked[ch.number]
+@pytest.mark.parametrize(("language", "ch"), DECKS, ids=lambda x: x if isinstance(x, str) else x.number)
+def test_every_slide_fits_reads_well_and_needs_no_network(walked, language, ch):
+    deck = walked[language, ch.number]
     assert deck["slides"], "no slides"
     assert not [u for u in deck["requests"] if not _local(u)], "requests that leave the machine"
     assert not [u for u in deck["failed"] if _local(u) and not u.startswith("about:")], deck["failed"][:3]
     assert deck["total"] == len(deck["slides"]) and deck["last"], "the deck does not navigate to its end"
     assert not deck["errors"], deck["errors"][:3]
     assert deck["fonts"], "the deck's font (Source Sans Pro, copied next to the deck) did not load"
-    nb = synced(ch)
+    if language != "en":
+        assert deck["cjk"], "no Noto Sans CJK SC/TC for the Chinese text: apt-get install fonts-noto-cjk"
+    nb = synced(ch, language)
     if slides._has_math(nb):
         assert deck["math"] and not deck["mathErrors"], "MathJax (local copy) did not typeset the formulas"
     banned = banned_text(nb)
@@ -424,4 +446,4 @@ def test_every_slide_fits_reads_well_and_needs_no_network(walked, ch):
             problems.append(f"{where}: text at {s['minFont']:.1f} px: {s['small']!r}")
         text = _squash(s["text"])
         problems += [f"{where}: shows {b!r}" for b in banned if b in text]
-    assert not problems, f"{ch.number}: {len(problems)} problems:\n" + "\n".join(problems[:40])
+    assert not problems, f"{language} {ch.number}: {len(problems)} problems:\n" + "\n".join(problems[:40])

@@ -6,8 +6,8 @@
     python -m tools.course devices       # compared cells of chapters 01-09 that work on `device`
     python -m tools.course execute [NN ...]
                                          # re-run notebooks and save their outputs (the reference)
-    python -m tools.course slides [NN ...]
-                                         # write self-contained lecture decks into slides/
+    python -m tools.course slides [NN ...] [--lang zh-Hans|zh-Hant]
+                                         # write self-contained lecture decks into slides/ (slides/zh-Hans/, ...)
 
 ``execute`` empties ``CUDA_VISIBLE_DEVICES`` for the kernel, so the reference outputs never come from a CUDA
 GPU (an Apple or Intel GPU stays visible: regenerate them on a machine without one). Files are read and written
@@ -303,6 +303,7 @@ def chinese_editions(chapters) -> dict[Path, str]:
         files[translate.catalogue_path(ch.path.stem)] = translate.catalogue_text(po)
         for language in LANGUAGES[1:]:
             edition = translate.translated_notebook(synced(ch, english, language), po, language)
+            _set_slideshow(edition, edition.cells)  # slides split where the Chinese text needs it
             files[ch.path_in(language)] = _dump(edition)
     return files
 
@@ -371,14 +372,24 @@ def execute(chapter: Chapter, timeout: int = 300) -> None:
     chapter.path.write_text(_dump(nb), encoding="utf-8")
 
 
-def write_decks(chapters: list[Chapter], out: Path) -> list[Path]:
+def write_decks(chapters: list[Chapter], out: Path, language: str = "en") -> list[Path]:
     """A lecture deck per chapter in ``out`` (``tools/slides.py``), from the notebook with its generated parts
-    (slide metadata included) brought up to date in memory, so a deck never lags behind this file."""
+    (slide metadata included) brought up to date in memory, so a deck never lags behind this file. The Chinese
+    decks go to ``out/zh-Hans`` and ``out/zh-Hant``, made from the editions in ``notebooks/zh-Hans`` and
+    ``notebooks/zh-Hant`` (``sync`` writes them)."""
     from tools import slides
 
-    decks = [(ch.path.stem, f"{ch.number} · {ch.title}", synced(ch, nbformat.read(ch.path, as_version=4)))
-             for ch in chapters]
-    return slides.export(decks, out, index={f"{c.path.stem}.slides.html": f"{c.number} · {c.title}" for c in CHAPTERS})
+    def title(c: Chapter) -> str:
+        return f"{c.number} · {tr(c.title, language)}"
+
+    if language == "en":
+        decks = [(ch.path.stem, title(ch), synced(ch, nbformat.read(ch.path, as_version=4))) for ch in chapters]
+        folder = out
+    else:  # the edition as sync last wrote it (tests/test_notebook_anatomy.py checks that it is current)
+        decks = [(ch.path.stem, title(ch), nbformat.read(ch.path_in(language), as_version=4)) for ch in chapters]
+        folder = out / language
+    index = {f"{c.path.stem}.slides.html": title(c) for c in CHAPTERS}
+    return slides.export(decks, folder, index=index, language=language, assets=out / "_assets")
 
 
 # --- the core path: what a learner reads in one sitting ---------------------------------------------------
@@ -488,6 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("numbers", nargs="*", help="chapter numbers such as 01 02 (default: all)")
     deck = sub.add_parser("slides", help="write self-contained lecture decks into slides/ (tools/slides.py)")
     deck.add_argument("numbers", nargs="*", help="chapter numbers such as 01 02 (default: all)")
+    deck.add_argument("--lang", choices=LANGUAGES, default="en", help="the decks' language (default: en)")
     args = parser.parse_args(argv)
     # every chapter number is checked before anything runs or is overwritten
     unknown = [n for n in getattr(args, "numbers", []) if n not in BY_NUMBER]
@@ -496,9 +508,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "slides":
         out = ROOT / "slides"
         chosen = [c for c in CHAPTERS if c.path.exists() and (not args.numbers or c.number in args.numbers)]
-        for path in write_decks(chosen, out):
+        for path in write_decks(chosen, out, args.lang):
             print(path.relative_to(ROOT))
-        print(f"open {out / 'index.html'} in a browser (no network needed); press S for the speaker view")
+        index = (out if args.lang == "en" else out / args.lang) / "index.html"
+        print(f"open {index} in a browser (no network needed); press S for the speaker view")
         return 0
     if args.command == "sync":
         sync(args.numbers)

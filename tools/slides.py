@@ -32,9 +32,11 @@ import ast
 import base64
 import copy
 import math
+import os
 import re
 import shutil
 import struct
+import unicodedata
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -118,12 +120,24 @@ html, body, main {{ height: 100%; margin: 0; background: #fff; }}
 .reveal .ansi-bold {{ font-weight: 600; }}
 """
 
+#: The Chinese decks' fonts: Noto Sans CJK (Debian's ``fonts-noto-cjk``, installed with the environment) for the
+#: characters Source Sans Pro and DejaVu Sans Mono lack, in the script's own variant.
+CJK_FONT = {"zh-Hans": "Noto Sans CJK SC", "zh-Hant": "Noto Sans CJK TC"}
+
+
+def language_css(language: str) -> str:
+    if language not in CJK_FONT:
+        return ""
+    font = CJK_FONT[language]
+    return (f".reveal {{ font-family: 'Source Sans Pro', '{font}', sans-serif; }}\n"
+            f".reveal code, .reveal pre {{ font-family: 'DejaVu Sans Mono', '{font}', monospace; }}\n")
+
 # The deck: reveal.js from the local copy next to it, no jQuery, require.js, mermaid or widget manager.
 TEMPLATE = r"""
 {%- extends 'base.html.j2' -%}
 {%- block header -%}
 <!DOCTYPE html>
-<html lang="{{ resources.language_code }}">
+<html lang="{{ resources.course.lang }}">
 <head>
 <meta charset="utf-8" />
 <meta name="viewport" content="width=device-width, initial-scale=1.0" />
@@ -276,17 +290,19 @@ def hidden_kind(cell) -> str | None:
 #: A "Going further" block: a markdown cell starting with this heading and the cells after it, up to the next
 #: ``## `` heading. JupyterLab shows it folded (``tools/course.py`` marks the heading collapsed).
 GOING_FURTHER = "### Going further:"
+FOLDED = "jp-MarkdownHeadingCollapsed"  # the mark sync gives that heading (the Chinese editions keep it)
 
 
 def going_further(cells: Sequence) -> set[int]:
     """The indices of the cells in "Going further" blocks: from a markdown cell that starts with
-    ``### Going further:`` up to the next ``## `` heading. The slides show the core path only."""
+    ``### Going further:`` (or, in a Chinese edition, the heading it translates, which keeps its folded mark)
+    up to the next ``## `` heading. The slides show the core path only."""
     inside, found = False, set()
     for i, cell in enumerate(cells):
         first = cell["source"].lstrip().split("\n", 1)[0] if cell["cell_type"] == "markdown" else ""
         if first.startswith("## "):
             inside = False
-        if first.startswith(GOING_FURTHER):
+        if first.startswith(GOING_FURTHER) or (first.startswith("### ") and cell.get("metadata", {}).get(FOLDED)):
             inside = True
         if inside:
             found.add(i)
@@ -306,8 +322,19 @@ def heading_kind(cell) -> str | None:
 
 # --- how tall a cell is on a slide ------------------------------------------------------------------------
 
+def _wide(text: str) -> int:
+    """How many characters of ``text`` are wide (Chinese characters and full-width punctuation): a monospace font
+    gives them two columns, a proportional one about 1 em."""
+    return sum(unicodedata.east_asian_width(c) in "WF" for c in text)
+
+
+def _columns(line: str) -> int:
+    line = line.expandtabs(4)
+    return len(line) + _wide(line)
+
+
 def _wrapped(lines: Iterable[str], per_line: int) -> int:
-    return sum(max(1, math.ceil(len(line.expandtabs(4)) / per_line)) for line in lines)
+    return sum(max(1, math.ceil(_columns(line) / per_line)) for line in lines)
 
 
 CODE_CPL = int((CONTENT_W - 16) / (CODE_PX * CODE_EM))  # characters per line of code and output
@@ -405,7 +432,7 @@ def _visible(text: str) -> tuple[float, int]:
     prose = re.sub(r"`[^`]*`", "", text)
     formulas = sum(_tex_width(m) for m in _MATH.findall(prose))
     prose = _EMPH.sub("", _MATH.sub("", prose))
-    return len(prose) + 1.3 * formulas, code
+    return len(prose) + _wide(prose) * (1 / TEXT_EM - 1) + 1.3 * formulas, code
 
 
 def _prose_lines(text: str, width: float, px: float) -> int:
@@ -584,10 +611,9 @@ _REVEAL_FILES = ("LICENSE", "dist/reveal.css", "dist/reveal.js", "dist/theme/fon
                  "plugin/notes/notes.js")
 
 
-def copy_assets(out: Path) -> Path:
-    """Copy reveal.js and MathJax next to the decks, into ``out/_assets`` (what a deck loads, nothing else)."""
+def copy_assets(assets: Path) -> Path:
+    """Copy reveal.js and MathJax next to the decks, into ``assets`` (what a deck loads, nothing else)."""
     src = asset_sources()
-    assets = out / "_assets"
     for rel in _REVEAL_FILES:
         source, target = src["reveal"] / rel, assets / "reveal" / rel
         if source.is_dir():
@@ -788,48 +814,58 @@ def _has_math(nb) -> bool:
     return False
 
 
-def export_notebook(nb, title: str, exporter=None, assets: str = "_assets") -> str:
-    """One deck's HTML (the notebook's slide metadata as it is)."""
+def export_notebook(nb, title: str, exporter=None, assets: str = "_assets", language: str = "en") -> str:
+    """One deck's HTML (the notebook's slide metadata as it is), in ``language`` (``en``, ``zh-Hans``, ...)."""
     exporter = exporter or _exporter()
     deck = deck_notebook(nb)
     resources = {
-        "course": {"title": title, "assets": assets, "css": CSS, "reveal": REVEAL_CONFIG, "math": _has_math(deck),
-                   "min_script": f"{MIN_SCRIPT_PX}px"},
+        "course": {"title": title, "assets": assets, "css": CSS + language_css(language), "reveal": REVEAL_CONFIG,
+                   "math": _has_math(deck), "min_script": f"{MIN_SCRIPT_PX}px", "lang": language},
     }
     html, _ = exporter.from_notebook_node(deck, resources=resources)
     return html
 
 
 def export(decks: Sequence[tuple[str, str, nbformat.NotebookNode]], out: Path = OUT,
-           index: dict[str, str] | None = None) -> list[Path]:
+           index: dict[str, str] | None = None, language: str = "en", assets: Path | None = None) -> list[Path]:
     """Write one self-contained deck per ``(name, title, notebook)`` into ``out`` as ``name.slides.html``,
     with reveal.js and MathJax beside them, and an ``index.html`` listing every deck in ``out``, titled from
-    ``index`` (deck file name -> title). The notebooks' slide metadata is used as it is (``tools.course``
+    ``index`` (deck file name -> title); ``language`` is the decks' language; reveal.js and MathJax go to
+    ``assets`` (default: ``out/_assets``; the Chinese decks share the English decks' copy). The notebooks' slide metadata is used as it is (``tools.course``
     brings it up to date first). One exporter renders them all: its templates compile once (the rendering is
     pure Python, so threads would not make it faster).
     """
     out.mkdir(parents=True, exist_ok=True)
-    copy_assets(out)
+    assets = copy_assets(assets or out / "_assets")
     exporter = _exporter()
     paths = []
     for name, title, nb in decks:
         path = out / f"{name}.slides.html"
-        path.write_text(export_notebook(nb, title, exporter=exporter), encoding="utf-8")
+        html = export_notebook(nb, title, exporter=exporter, assets=os.path.relpath(assets, out), language=language)
+        path.write_text(html, encoding="utf-8")
         paths.append(path)
-    _write_index(out, {**{p.name: t for p, (_, t, _) in zip(paths, decks, strict=True)}, **(index or {})})
+    _write_index(out, {**{p.name: t for p, (_, t, _) in zip(paths, decks, strict=True)}, **(index or {})}, language)
     return paths
 
 
-def _write_index(out: Path, titles: dict[str, str]) -> None:
+#: The index page's words, per language.
+INDEX_WORDS = {
+    "en": ("Lecture slides", "Arrow keys move between slides, <kbd>S</kbd> opens the speaker view, <kbd>F</kbd> "
+                             "full screen, <kbd>Esc</kbd> the overview."),
+    "zh-Hans": ("课堂幻灯片", "方向键翻页，<kbd>S</kbd> 打开演讲者视图，<kbd>F</kbd> 全屏，<kbd>Esc</kbd> 总览。"),
+    "zh-Hant": ("課堂投影片", "方向鍵翻頁，<kbd>S</kbd> 開啟演講者檢視，<kbd>F</kbd> 全螢幕，<kbd>Esc</kbd> 總覽。"),
+}
+
+
+def _write_index(out: Path, titles: dict[str, str], language: str = "en") -> None:
     from html import escape
 
+    heading, keys = INDEX_WORDS[language]
     decks = sorted(out.glob("*.slides.html"))
     rows = "\n".join(f'<li><a href="{p.name}">{escape(titles.get(p.name, p.stem))}</a></li>' for p in decks)
     (out / "index.html").write_text(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Lecture slides</title>"
+        f"<!DOCTYPE html>\n<html lang=\"{language}\"><head><meta charset=\"utf-8\"><title>{heading}</title>"
         "<style>body{font:20px/1.5 sans-serif;margin:40px}</style></head>\n"
-        f"<body><h1>Lecture slides</h1>\n<ul>\n{rows}\n</ul>\n"
-        "<p>Arrow keys move between slides, <kbd>S</kbd> opens the speaker view, <kbd>F</kbd> full screen, "
-        "<kbd>Esc</kbd> the overview.</p></body></html>\n",
+        f"<body><h1>{heading}</h1>\n<ul>\n{rows}\n</ul>\n<p>{keys}</p></body></html>\n",
         encoding="utf-8",
     )
