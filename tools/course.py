@@ -29,6 +29,7 @@ import nbformat
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 README = ROOT / "README.md"
+README_ZH = ROOT / "README.zh.md"  # 简体; its chapter table links to notebooks/zh-Hans/
 
 #: The repository, named once. Badges, the Colab install line and the README derive from it.
 REPO = "torch-building-blocks/course"
@@ -278,10 +279,12 @@ def synced(ch: Chapter, nb, language: str = "en"):
 TABLE_RE = re.compile(r"(<!-- chapters:start -->\n).*?(<!-- chapters:end -->)", re.S)
 
 
-def synced_readme(text: str) -> str:
+def synced_readme(text: str, language: str = "en") -> str:
     if not TABLE_RE.search(text):
-        raise ValueError("README.md lacks the <!-- chapters:start --> / <!-- chapters:end --> markers")
-    return TABLE_RE.sub(lambda m: m.group(1) + chapter_table() + "\n\n" + TABLE_NOTE + "\n" + m.group(2), text)
+        raise ValueError("the README lacks the <!-- chapters:start --> / <!-- chapters:end --> markers")
+    prefix = "notebooks/" if language == "en" else f"notebooks/{language}/"
+    table = chapter_table(prefix, language) + "\n\n" + tr(TABLE_NOTE, language)
+    return TABLE_RE.sub(lambda m: m.group(1) + table + "\n" + m.group(2), text)
 
 
 def _dump(nb) -> str:
@@ -320,9 +323,10 @@ def stale() -> list[str]:
             out.append(ch.file)
     listed = {c.file for c in CHAPTERS}
     out += [f"{p.name} (not in CHAPTERS)" for p in sorted(NOTEBOOKS.glob("*.ipynb")) if p.name not in listed]
-    readme = README.read_text(encoding="utf-8")
-    if synced_readme(readme) != readme:
-        out.append("README.md")
+    for path, language in ((README, "en"), (README_ZH, "zh-Hans")):
+        readme = path.read_text(encoding="utf-8")
+        if synced_readme(readme, language) != readme:
+            out.append(path.name)
     for path, text in chinese_editions([c for c in CHAPTERS if c.path.exists()]).items():
         if not path.exists() or path.read_text(encoding="utf-8") != text:
             out.append(str(path.relative_to(ROOT)))
@@ -334,8 +338,6 @@ def sync(numbers: list[str] | None = None) -> None:
     for ch in CHAPTERS:
         if ch.path.exists() and (not numbers or ch.number in numbers):
             ch.path.write_text(_dump(synced(ch, nbformat.read(ch.path, as_version=4))), encoding="utf-8")
-    if not numbers:
-        README.write_text(synced_readme(README.read_text(encoding="utf-8")), encoding="utf-8")
     from tools import translate
 
     for _ in range(2):  # the second round gives the editions the generated strings' catalogue just written
@@ -344,6 +346,9 @@ def sync(numbers: list[str] | None = None) -> None:
         for path, text in chinese_editions(chosen).items():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
+    if not numbers:
+        for path, language in ((README, "en"), (README_ZH, "zh-Hans")):
+            path.write_text(synced_readme(path.read_text(encoding="utf-8"), language), encoding="utf-8")
 
 
 def execute(chapter: Chapter, timeout: int = 300) -> None:
