@@ -73,6 +73,23 @@ def test_no_english_sentence_left(path):
     assert not left, f"{path.name}: English left as the translation of {left[:5]}"
 
 
+def _stray_asterisks(markdown: str) -> int:
+    """Asterisks left in the text once Markdown is rendered (by mistune, nbconvert's renderer): emphasis that did
+    not parse. ``**错误。**正文`` leaves four: CommonMark does not close a run after punctuation and before a
+    letter."""
+    import mistune
+
+    html = re.sub(r"<code>.*?</code>", "", mistune.html(markdown), flags=re.S)
+    return re.sub(r"<[^>]+>", "", html).count("*")
+
+
+@pytest.mark.parametrize("path", CATALOGUES, ids=lambda p: p.stem)
+def test_emphasis_renders(path):
+    """``**错误。** 正文`` or ``**错误**。正文``, never ``**错误。**正文`` (the asterisks would show)."""
+    dead = [e.msgstr[:70] for e in _entries(path) if e.msgstr and _stray_asterisks(e.msgstr) > _stray_asterisks(e.msgid)]
+    assert not dead, f"{path.name}: emphasis that does not render in {dead[:5]}"
+
+
 def _code_without_comments(source: str):
     lines = ["pass" if line.lstrip().startswith(("%", "!")) else line for line in source.split("\n")]
     return ast.dump(ast.parse("\n".join(lines)))
@@ -123,6 +140,7 @@ def test_code_comments_translated_in_place():
 def test_traditional_is_made_from_simplified_with_overrides():
     assert translate.to_traditional("模型的参数在设备上") == "模型的參數在裝置上"   # s2twp gives 引數 for 参数
     assert translate.to_traditional("张量") == "張量"
+    assert translate.to_traditional("激活函数；启用确定性算法") == "激活函數；啟用確定性演算法"  # 激活 kept, 启用 converted
 
 
 def test_a_moved_sentence_keeps_its_translation():

@@ -3,7 +3,7 @@
 English is the one source. ``locale/zh_Hans/LC_MESSAGES/<chapter>.po`` holds a chapter's messages: one per
 Markdown block (``mdpo`` splits a cell into its headings, paragraphs, list items and table cells) and one per code
 comment, each with its 简体 translation. 繁體 is not kept by hand: OpenCC converts 简体 with Taiwan's words and
-phrases (``s2twp``), then ``OVERRIDES`` fixes the few terms it gets wrong for this course.
+phrases (``s2twp``), except for the few terms of ``TRADITIONAL_TERMS``, which it would get wrong for this course.
 
 ``python -m tools.course sync`` brings every catalogue up to date (new English text comes in untranslated, text
 that left a chapter goes; a translation follows its English sentence from one chapter to another) and writes
@@ -26,13 +26,21 @@ ROOT = Path(__file__).resolve().parents[1]
 LOCALE = ROOT / "locale"
 LANGUAGES = ("zh-Hans", "zh-Hant")
 
-#: Terms that OpenCC's s2twp conversion gets wrong for this course (applied after it, in this order).
-OVERRIDES = {
-    "引數": "參數",  # 参数 is a model's parameter here, not a function's argument
-    "最佳化器": "優化器",
-    "登錄檔": "註冊表",  # a module's registries, not the Windows registry
-    "訪問": "存取",
+#: Terms that OpenCC's s2twp conversion would get wrong for this course, with their 繁體: they are set aside
+#: before the conversion (longest first) and put back in this spelling, so OpenCC's phrase table never sees them.
+TRADITIONAL_TERMS = {
+    "参数": "參數",  # a model's parameter (s2twp: 引數, a function's argument)
+    "激活函数": "激活函數",  # (s2twp: 啟用函式)
+    "激活": "激活",  # activation (s2twp: 啟用, "enable"); 启用 itself still becomes 啟用
+    "试运行": "試運行",  # a dry run (s2twp: 試執行)
+    "注册表": "註冊表",  # a module's registries (s2twp: 登錄檔, the Windows registry)
+    "访问": "存取",  # reading a parameter (s2twp leaves 訪問, a visit)
+    "优化器": "優化器",  # (s2twp: 最佳化器)
+    "打印出": "印出",
+    "打印": "印出",  # print() (s2twp: 列印, on paper)
 }
+_TERMS = re.compile("|".join(map(re.escape, sorted(TRADITIONAL_TERMS, key=len, reverse=True))))
+
 
 #: Comments that are instructions to tools, or markers the course's tools look for: never translated.
 _UNTRANSLATED_COMMENT = re.compile(r"^(noqa|type:|pragma|fmt:|ruff:|----)")
@@ -162,10 +170,12 @@ def _converter():
 
 
 def to_traditional(text: str) -> str:
-    text = _converter().convert(text)
-    for wrong, right in OVERRIDES.items():
-        text = text.replace(wrong, right)
-    return text
+    """简体 → 繁體 with Taiwan's words and phrases (OpenCC ``s2twp``), ``TRADITIONAL_TERMS`` kept as listed."""
+    pieces, start = [], 0
+    for match in _TERMS.finditer(text):
+        pieces += [_converter().convert(text[start:match.start()]), TRADITIONAL_TERMS[match.group(0)]]
+        start = match.end()
+    return "".join([*pieces, _converter().convert(text[start:])])
 
 
 def language_catalogue(po: polib.POFile, language: str) -> polib.POFile:
@@ -180,15 +190,36 @@ def language_catalogue(po: polib.POFile, language: str) -> polib.POFile:
 
 # --- translating a notebook -------------------------------------------------------------------------------
 
+def _lookup_catalogue(po: polib.POFile) -> polib.POFile:
+    """``po`` as po2md reads it. md2po joins a line that ends in a TeX row break (``\\\\``) to the next one without
+    a space, po2md with one: each such message is given under both spellings."""
+    lookup = polib.POFile()
+    for entry in po:
+        if not entry.msgstr:
+            continue
+        lookup.append(polib.POEntry(msgid=entry.msgid, msgstr=entry.msgstr))
+        spaced = re.sub(r"(?<!\\)((?:\\\\)+)(?=[^\s\\])", r"\1 ", entry.msgid)
+        if spaced != entry.msgid:
+            lookup.append(polib.POEntry(msgid=spaced, msgstr=entry.msgstr))
+    return lookup
+
+
 def translate_markdown(markdown: str, po: polib.POFile) -> str:
-    """``markdown`` with each of its messages replaced by its translation in ``po`` (mdpo's ``po2md``)."""
+    """``markdown`` with each of its messages replaced by its translation in ``po`` (mdpo's ``po2md``). Raises
+    ``LookupError`` naming a translated message that po2md nevertheless left in English."""
     from mdpo.po2md import Po2Md
 
-    if not markdown_messages(markdown):
+    messages = markdown_messages(markdown)
+    if not messages:
         return markdown
     translator = Po2Md([], wrapwidth=float("inf"))
     translator.pofiles = [po]  # the catalogue already read, rather than a path po2md would parse per cell
-    return translator.translate(markdown).rstrip("\n")
+    out = translator.translate(markdown).rstrip("\n")
+    translated = {e.msgid for e in po if e.msgstr and e.msgstr != e.msgid}
+    missed = [m for m in markdown_messages(out) if m in translated]
+    if missed:
+        raise LookupError(f"po2md left this translated message in English: {missed[0][:80]!r}")
+    return out
 
 
 _PUNCTUATION = re.compile(r"[，。；：、）,;:)]\s*")
@@ -237,12 +268,13 @@ def translated_notebook(nb, po: polib.POFile, language: str):
     nb = nbformat.from_dict(nb)
     po = language_catalogue(po, language)
     table = {e.msgid: e.msgstr for e in po if e.msgstr}
+    lookup = _lookup_catalogue(po)
     for cell in nb.cells:
         if GENERATED_TAGS & set(cell.get("metadata", {}).get("tags", [])):
             continue
         if cell.cell_type == "markdown":
             title, rest = _title_split(nb, cell)
-            cell.source = title + translate_markdown(rest, po)
+            cell.source = title + translate_markdown(rest, lookup)
         elif cell.cell_type == "code":
             cell.source = translate_code(cell.source, table)
     return nb
