@@ -23,7 +23,7 @@ def _entries(path):
 
 def test_every_chapter_has_a_catalogue():
     stems = {p.stem for p in CATALOGUES}
-    assert stems == {c.path.stem for c in course.CHAPTERS} | {translate.COURSE_CATALOGUE}
+    assert stems == {c.path.stem for c in course.CHAPTERS} | {translate.COURSE_CATALOGUE, translate.UTILS_CATALOGUE}
 
 
 @pytest.mark.parametrize("path", CATALOGUES, ids=lambda p: p.stem)
@@ -86,7 +86,8 @@ def _stray_asterisks(markdown: str) -> int:
 @pytest.mark.parametrize("path", CATALOGUES, ids=lambda p: p.stem)
 def test_emphasis_renders(path):
     """``**错误。** 正文`` or ``**错误**。正文``, never ``**错误。**正文`` (the asterisks would show)."""
-    dead = [e.msgstr[:70] for e in _entries(path) if e.msgstr and _stray_asterisks(e.msgstr) > _stray_asterisks(e.msgid)]
+    dead = [e.msgstr[:70] for e in _entries(path)
+            if e.msgstr and _stray_asterisks(e.msgstr) > _stray_asterisks(e.msgid)]
     assert not dead, f"{path.name}: emphasis that does not render in {dead[:5]}"
 
 
@@ -95,20 +96,33 @@ def _code_without_comments(source: str):
     return ast.dump(ast.parse("\n".join(lines)))
 
 
+#: The lines a Chinese edition's setup cell adds (tools/course.py): hints in the edition's language.
+LANGUAGE_LINES = re.compile(r'^(from utils import set_language|set_language\("zh-Han[st]"\)  #.*)\n\n?', re.M)
+
+
 @pytest.mark.parametrize("language", course.LANGUAGES[1:])
 @pytest.mark.parametrize("ch", course.CHAPTERS, ids=lambda c: c.number)
 def test_edition_has_the_english_code_and_outputs(ch, language):
     english = nbformat.read(ch.path, as_version=4)
     edition = nbformat.read(ch.path_in(language), as_version=4)
+    printed = {e.msgid: e.msgstr for e in translate.language_catalogue(
+        translate.load_catalogue(translate.UTILS_CATALOGUE), language) if e.msgstr}
     assert [c.cell_type for c in edition.cells] == [c.cell_type for c in english.cells]
     for en, zh in zip(english.cells, edition.cells, strict=True):
         same = {k: v for k, v in zh.metadata.items() if k != "slideshow"} == {
             k: v for k, v in en.metadata.items() if k != "slideshow"}  # slides split where the Chinese text needs
         assert zh.get("id") == en.get("id") and same, f"cell {en.get('id')}: metadata"
         if en.cell_type == "code":
-            assert _code_without_comments(zh.source) == _code_without_comments(en.source), f"cell {en.id}: code"
-            assert len(zh.source.split("\n")) == len(en.source.split("\n")), f"cell {en.id}: line numbers"
-            assert zh.outputs == en.outputs, f"cell {en.id}: outputs"
+            code = zh.source
+            if "setup" in en.metadata.get("tags", []):
+                assert len(LANGUAGE_LINES.findall(code)) == 2, "the setup cell sets the edition's language"
+                code = LANGUAGE_LINES.sub("", code)
+            else:
+                assert len(code.split("\n")) == len(en.source.split("\n")), f"cell {en.id}: line numbers"
+            assert _code_without_comments(code) == _code_without_comments(en.source), f"cell {en.id}: code"
+            expected = nbformat.from_dict(en)
+            translate.translate_outputs(expected, printed)  # utils's hints and verdicts, in the edition's language
+            assert zh.outputs == expected.outputs, f"cell {en.id}: outputs"
 
 
 @pytest.mark.parametrize("language", course.LANGUAGES[1:])
@@ -116,7 +130,8 @@ def test_editions_link_to_themselves(language):
     ch = course.CHAPTERS[1]
     edition = nbformat.read(ch.path_in(language), as_version=4)
     header = edition.cells[1].source
-    assert f"notebooks/{language}/{ch.file}" in course.colab_url(ch, language) and course.colab_url(ch, language) in header
+    colab = course.colab_url(ch, language)
+    assert f"notebooks/{language}/{ch.file}" in colab and colab in header
     assert course.binder_url(ch, language) in header
 
 
@@ -140,7 +155,8 @@ def test_code_comments_translated_in_place():
 def test_traditional_is_made_from_simplified_with_overrides():
     assert translate.to_traditional("模型的参数在设备上") == "模型的參數在裝置上"   # s2twp gives 引數 for 参数
     assert translate.to_traditional("张量") == "張量"
-    assert translate.to_traditional("激活函数；启用确定性算法") == "激活函數；啟用確定性演算法"  # 激活 kept, 启用 converted
+    # 激活 kept, 启用 converted
+    assert translate.to_traditional("激活函数；启用确定性算法") == "激活函數；啟用確定性演算法"
 
 
 def test_a_moved_sentence_keeps_its_translation():

@@ -228,7 +228,16 @@ _SUPERSEDED = (
 )
 
 
-def _with_setup(source: str) -> str:
+def _setup(language: str = "en") -> str:
+    """The generated setup in ``language``: a Chinese edition also asks ``utils`` for Chinese hints."""
+    if language == "en":
+        return SETUP
+    anchor = "from utils import check_torch_version, try_gpu\n"
+    return SETUP.replace(anchor, anchor + f'from utils import set_language\n\nset_language("{language}")  '
+                                          "# exercise titles, verdicts and hints in this edition's language\n")
+
+
+def _with_setup(source: str, language: str = "en") -> str:
     """Put the generated setup at the top of the setup cell, replacing an older version of it."""
     lines = source.split("\n")
     for marker in (SETUP_END, "%pip install"):
@@ -243,7 +252,7 @@ def _with_setup(source: str) -> str:
             if line.strip() not in _SUPERSEDED and not line.startswith('print(f"PyTorch {torch.__version__}')
         ]
     rest = "\n".join(lines).strip("\n")
-    return SETUP + rest
+    return _setup(language) + rest
 
 
 def synced(ch: Chapter, nb, language: str = "en"):
@@ -262,7 +271,7 @@ def synced(ch: Chapter, nb, language: str = "en"):
 
     for cell in cells:
         if cell["cell_type"] == "code" and "setup" in _tags(cell):
-            cell["source"] = _with_setup(cell["source"])
+            cell["source"] = _with_setup(cell["source"], language)
         if cell["cell_type"] == "markdown" and "course-map" in _tags(cell):
             cell["source"] = (f"## {tr('The chapters', language)}\n\n" + chapter_table("", language) + "\n\n"
                               + tr(TABLE_NOTE, language))
@@ -291,21 +300,29 @@ def _dump(nb) -> str:
     return nbformat.writes(nb) + "\n"
 
 
-def chinese_editions(chapters) -> dict[Path, str]:
+def chinese_editions(chapters) -> dict[Path, str | bytes]:
     """The Chinese editions of ``chapters`` as ``sync`` writes them: each chapter's 简体 catalogue brought up to
-    date, and its notebook in 简体 and 繁體 (plus ``course.po``, the generated strings' catalogue)."""
+    date, and its notebook in 简体 and 繁體; ``course.po``, the generated strings' catalogue; ``utils.po``, the
+    catalogue of what ``utils`` prints, and its compiled ``.mo`` files, which ``utils.set_language`` reads."""
     from tools import translate
 
     known = translate.known_translations()
     course_po = translate.updated_catalogue(generated_messages(), translate.load_catalogue("course"), known)
-    files = {translate.catalogue_path("course"): translate.catalogue_text(course_po)}
+    utils_po = translate.updated_catalogue(translate.utils_messages(), translate.load_catalogue("utils"), known)
+    files: dict[Path, str | bytes] = {translate.catalogue_path("course"): translate.catalogue_text(course_po),
+                                      translate.catalogue_path("utils"): translate.catalogue_text(utils_po)}
+    printed = {}
+    for language in LANGUAGES[1:]:
+        path, mo = translate.compiled_catalogue(utils_po, language)
+        files[path] = mo
+        printed[language] = {e.msgid: e.msgstr for e in translate.language_catalogue(utils_po, language) if e.msgstr}
     for ch in chapters:
         english = synced(ch, nbformat.read(ch.path, as_version=4))
         old = translate.load_catalogue(ch.path.stem)
         po = translate.updated_catalogue(translate.notebook_messages(english), old, known)
         files[translate.catalogue_path(ch.path.stem)] = translate.catalogue_text(po)
         for language in LANGUAGES[1:]:
-            edition = translate.translated_notebook(synced(ch, english, language), po, language)
+            edition = translate.translated_notebook(synced(ch, english, language), po, language, printed[language])
             _set_slideshow(edition, edition.cells)  # slides split where the Chinese text needs it
             files[ch.path_in(language)] = _dump(edition)
     return files
@@ -328,7 +345,7 @@ def stale() -> list[str]:
         if synced_readme(readme, language) != readme:
             out.append(path.name)
     for path, text in chinese_editions([c for c in CHAPTERS if c.path.exists()]).items():
-        if not path.exists() or path.read_text(encoding="utf-8") != text:
+        if not path.exists() or (path.read_bytes() if isinstance(text, bytes) else path.read_text("utf-8")) != text:
             out.append(str(path.relative_to(ROOT)))
     return out
 
@@ -345,7 +362,7 @@ def sync(numbers: list[str] | None = None) -> None:
         chosen = [c for c in CHAPTERS if c.path.exists() and (not numbers or c.number in numbers)]
         for path, text in chinese_editions(chosen).items():
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
+            path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text, encoding="utf-8")
     if not numbers:
         for path, language in ((README, "en"), (README_ZH, "zh-Hans")):
             path.write_text(synced_readme(path.read_text(encoding="utf-8"), language), encoding="utf-8")

@@ -828,12 +828,12 @@ def export_notebook(nb, title: str, exporter=None, assets: str = "_assets", lang
 
 def export(decks: Sequence[tuple[str, str, nbformat.NotebookNode]], out: Path = OUT,
            index: dict[str, str] | None = None, language: str = "en", assets: Path | None = None) -> list[Path]:
-    """Write one self-contained deck per ``(name, title, notebook)`` into ``out`` as ``name.slides.html``,
-    with reveal.js and MathJax beside them, and an ``index.html`` listing every deck in ``out``, titled from
-    ``index`` (deck file name -> title); ``language`` is the decks' language; reveal.js and MathJax go to
-    ``assets`` (default: ``out/_assets``; the Chinese decks share the English decks' copy). The notebooks' slide metadata is used as it is (``tools.course``
-    brings it up to date first). One exporter renders them all: its templates compile once (the rendering is
-    pure Python, so threads would not make it faster).
+    """Write one self-contained deck per ``(name, title, notebook)`` into ``out`` as ``name.slides.html``, and an
+    ``index.html`` listing every deck in ``out``, titled from ``index`` (deck file name -> title). ``language`` is
+    the decks' language. reveal.js and MathJax go to ``assets`` (default: ``out/_assets``; the Chinese decks share
+    the English decks' copy). The notebooks' slide metadata is used as it is (``tools.course`` brings it up to
+    date first). One exporter renders them all: its templates compile once (the rendering is pure Python, so
+    threads would not make it faster).
     """
     out.mkdir(parents=True, exist_ok=True)
     assets = copy_assets(assets or out / "_assets")

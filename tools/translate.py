@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import re
+import tempfile
 import tokenize
 from functools import cache
 from pathlib import Path
@@ -243,7 +244,7 @@ def _split(text: str, parts: int) -> list[str]:
         cuts.append(cut)
         last = cut
     bounds = [0, *cuts, len(text)]
-    return [text[a:b].strip() for a, b in zip(bounds, bounds[1:])]
+    return [text[a:b].strip() for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
 def translate_code(code: str, table: dict[str, str]) -> str:
@@ -260,9 +261,10 @@ def translate_code(code: str, table: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
-def translated_notebook(nb, po: polib.POFile, language: str):
+def translated_notebook(nb, po: polib.POFile, language: str, printed: dict[str, str] | None = None):
     """A copy of ``nb`` (an English notebook whose generated parts are already in ``language``) with its Markdown
-    and code comments translated by the 简体 catalogue ``po``."""
+    and code comments translated by the 简体 catalogue ``po``, and what ``utils`` printed translated by
+    ``printed`` (the ``utils`` catalogue, msgid -> translation in ``language``)."""
     import nbformat
 
     nb = nbformat.from_dict(nb)
@@ -277,10 +279,80 @@ def translated_notebook(nb, po: polib.POFile, language: str):
             cell.source = title + translate_markdown(rest, lookup)
         elif cell.cell_type == "code":
             cell.source = translate_code(cell.source, table)
+            if printed:
+                translate_outputs(cell, printed)
     return nb
 
 
 COURSE_CATALOGUE = "course"  # the strings tools/course.py generates: titles, table headings, navigation
+UTILS_CATALOGUE = "utils"  # what utils tells a learner (utils/i18n.py): exercise titles, verdicts, hints
+UTILS_LOCALE = ROOT / "utils" / "locale"
+
+
+def utils_messages() -> list[str]:
+    """The messages of ``utils``, found by Babel's extractor: the texts given to ``_()`` and ``N_()``, and exercise
+    titles."""
+    from babel.messages.extract import extract_from_dir
+
+    found = extract_from_dir(str(ROOT / "utils"), method_map=[("**.py", "python")],
+                             keywords={"_": None, "N_": None, "exercise": None})
+    return list(dict.fromkeys(message for _file, _line, message, _comments, _context in found))
+
+
+def compiled_catalogue(po: polib.POFile, language: str) -> tuple[Path, bytes]:
+    """Where ``utils`` looks for its catalogue in ``language``, and the compiled ``.mo`` (``gettext``'s format)."""
+    import os
+
+    path = UTILS_LOCALE / language.replace("-", "_") / "LC_MESSAGES" / f"{UTILS_CATALOGUE}.mo"
+    fd, tmp = tempfile.mkstemp(suffix=".mo")
+    os.close(fd)
+    try:
+        language_catalogue(po, language).save_as_mofile(tmp)
+        return path, Path(tmp).read_bytes()
+    finally:
+        os.unlink(tmp)
+
+
+def _placeholder_pattern(msgid: str) -> re.Pattern | None:
+    """``msgid`` as a regular expression whose groups are its ``{placeholders}`` (None if it has none)."""
+    parts = re.split(r"\{(\w+)\}", msgid)
+    if len(parts) == 1:
+        return None
+    seen, regex = set(), ""
+    for k, part in enumerate(parts):
+        if k % 2 == 0:
+            regex += re.escape(part)
+        elif part in seen:
+            regex += f"(?P={part})"
+        else:
+            seen.add(part)
+            regex += f"(?P<{part}>.+?)"
+    return re.compile(regex, re.S)
+
+
+def translate_printed(text: str, table: dict[str, str], patterns: list) -> str:
+    """A line ``utils`` printed in English, as it prints it in the language of ``table``: the message it was made
+    from is found (with its values, which are translated in turn where they are messages too) and its
+    translation filled in. A line that is no message of ``utils`` stays as it is."""
+    if text in table:
+        return table[text]
+    for msgid, pattern in patterns:
+        match = pattern.fullmatch(text)
+        if match:
+            values = {k: translate_printed(v, table, patterns) for k, v in match.groupdict().items()}
+            return table[msgid].format(**values)
+    return text
+
+
+def translate_outputs(cell, table: dict[str, str]) -> None:
+    """Translate, line by line, what ``utils`` printed in a code cell's stream outputs (exercise verdicts and
+    hints), as the Chinese edition's kernel prints it after ``set_language``."""
+    patterns = [(m, p) for m in sorted(table, key=lambda m: -len(re.sub(r"\{\w+\}", "", m)))
+                if (p := _placeholder_pattern(m)) is not None]
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "stream":
+            lines = output["text"].split("\n")
+            output["text"] = "\n".join(translate_printed(line, table, patterns) if line else line for line in lines)
 
 
 def load_catalogue(stem: str) -> polib.POFile | None:

@@ -7,6 +7,7 @@ and never initializes CUDA: heavier helpers live in sub-modules that load on fir
 
 from utils.checks import ExerciseFailed, exercise, expect, learner_code, outcome, rejection
 from utils.devices import check_torch_version, gpu_type, num_gpus, requires, try_all_gpus, try_gpu
+from utils.i18n import set_language
 
 __all__ = [
     "ExerciseFailed",
@@ -19,6 +20,7 @@ __all__ = [
     "outcome",
     "rejection",
     "requires",
+    "set_language",
     "try_all_gpus",
     "try_gpu",
 ]

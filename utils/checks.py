@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Literal, TypeVar
 
+from utils.i18n import N_, _
+
 __all__ = ["STUB_MESSAGE", "ExerciseFailed", "exercise", "expect", "keeps_global_rng", "learner_code", "outcome",
            "rejection", "same_device"]
 
@@ -45,26 +47,26 @@ _NO_FORWARD = re.compile(r'Module \[(\w+)\] is missing the required "forward" fu
 #: Errors whose cause is the same whatever the exercise: (a piece of torch's message, the cause to give).
 _KNOWN_CAUSES = (
     ("a leaf Variable that requires grad is being used in an in-place operation",
-     "a parameter was edited in place while autograd records: fill it with nn.init (which turns recording "
-     "off itself), or make the edit inside `with torch.no_grad():`"),
+     N_("a parameter was edited in place while autograd records: fill it with nn.init (which turns recording "
+     "off itself), or make the edit inside `with torch.no_grad():`")),
     ("Boolean value of Tensor with more than one value is ambiguous",
-     "`if` (or `and`, `or`, `not`) on a tensor of several values: `a == b` and `a != b` compare element by "
-     "element. Compare whole tensors with torch.equal(a, b), or reduce first: (a != b).any()"),
+     N_("`if` (or `and`, `or`, `not`) on a tensor of several values: `a == b` and `a != b` compare element by "
+     "element. Compare whole tensors with torch.equal(a, b), or reduce first: (a != b).any()")),
     ("must be tuple of Tensors, not Tensor",
-     "torch.cat and torch.stack take the tensors as one list or tuple: torch.cat([a, b], dim=1), not "
-     "torch.cat(a, b)"),
+     N_("torch.cat and torch.stack take the tensors as one list or tuple: torch.cat([a, b], dim=1), not "
+     "torch.cat(a, b)")),
     ("'ModuleDict' object has no attribute",
-     "an nn.ModuleDict is read by key, heads[name] (also `in`, keys(), items(), values()); it has no .get(), "
-     "and heads.task looks for a module named 'task', not for the value of the variable task"),
+     N_("an nn.ModuleDict is read by key, heads[name] (also `in`, keys(), items(), values()); it has no .get(), "
+     "and heads.task looks for a module named 'task', not for the value of the variable task")),
     ("already exists",
-     "register_buffer and register_parameter refuse a name that is already a plain attribute of the module: "
-     "drop the plain assignment (self.mean = mean) and register the tensor under that name instead"),
+     N_("register_buffer and register_parameter refuse a name that is already a plain attribute of the module: "
+     "drop the plain assignment (self.mean = mean) and register the tensor under that name instead")),
     ("'int' object is not iterable",
-     "a number was looped over (or unpacked) where a sequence is needed: to do something n times, loop over "
-     "range(n), `for _ in range(n)`, not over n itself"),
+     N_("a number was looped over (or unpacked) where a sequence is needed: to do something n times, loop over "
+     "range(n), `for _ in range(n)`, not over n itself")),
     ("Expected more than 1 value per channel when training",
-     "a batch norm layer in training mode needs more than one sample to compute a batch's statistics: run "
-     "the network on the whole example batch"),
+     N_("a batch norm layer in training mode needs more than one sample to compute a batch's statistics: run "
+     "the network on the whole example batch")),
 )
 
 
@@ -178,11 +180,11 @@ def same_device(name: str, host: str = "cpu", hint: str | None = None) -> contex
     """
     if not isinstance(name, str) or not name:
         raise TypeError("name must be a non-empty str")
-    advice = hint if hint is not None else (
-        f"create every new tensor on {name}.device: torch.zeros(..., device={name}.device), "
-        f"{name}.new_zeros(...) or torch.zeros_like({name}). A tensor made without device= lands on the default "
+    advice = hint if hint is not None else _(
+        "create every new tensor on {name}.device: torch.zeros(..., device={name}.device), "
+        "{name}.new_zeros(...) or torch.zeros_like({name}). A tensor made without device= lands on the default "
         "device (the CPU), not where the data is"
-    )
+    ).format(name=name)
     return _same_device_mode()(name, host, advice)
 
 
@@ -236,11 +238,10 @@ def _same_device_mode() -> type:
             host = self.host
             if called == "__getitem__" and args and args[0].device.type == host and any(
                     t.device.type != host for t in _tensors_in(args[1:], torch.Tensor)):
-                raise ExerciseFailed(
-                    f"a tensor on the default device (the CPU) was indexed with a tensor on {self.name}.device; "
+                raise ExerciseFailed(_(
+                    "a tensor on the default device (the CPU) was indexed with a tensor on {name}.device; "
                     "on a GPU it stops with 'indices should be either on cpu or on the same device as the indexed "
-                    "tensor': " + self.advice
-                )
+                    "tensor': {advice}").format(name=self.name, advice=self.advice))
             if called in _INDEXED and len(args) > 1 and args[0].device.type != host:
                 # as CUDA does: host index tensors go to the data (out of meta: NotImplementedError, no data)
                 args = (args[0], _host_tensors_moved(args[1], args[0].device, host, torch.Tensor), *args[2:])
@@ -259,10 +260,10 @@ def _same_device_mode() -> type:
                 checked = [args, kwargs]
             devices = {t.device for t in _tensors_in(checked, torch.Tensor) if t.dim() > 0 or t.device.type != host}
             if len(devices) > 1:
-                raise ExerciseFailed(
-                    f"{called}() got tensors on {self.name}.device and on the default device (the CPU); on a GPU it "
-                    "stops with 'Expected all tensors to be on the same device': " + self.advice
-                )
+                raise ExerciseFailed(_(
+                    "{function}() got tensors on {name}.device and on the default device (the CPU); on a GPU it "
+                    "stops with 'Expected all tensors to be on the same device': {advice}").format(
+                        function=called, name=self.name, advice=self.advice))
             return func(*args, **kwargs)
 
     return SameDevice
@@ -279,21 +280,22 @@ def _explain(err: Exception, what: str, hint: str, causes: Mapping[str, str] | N
     quoted = f"{type(err).__name__}: {err}".strip()
     missing = _NO_FORWARD.search(str(err)) if isinstance(err, NotImplementedError) else None
     if missing and missing.group(1) in ("ModuleList", "ModuleDict", "ParameterList", "ParameterDict"):
-        cause = (
-            f"an nn.{missing.group(1)} was called like a module, but it is only a container and has no "
+        cause = _(
+            "an nn.{container} was called like a module, but it is only a container and has no "
             "forward: loop over it (or index it) and call the modules inside"
-        )
+        ).format(container=missing.group(1))
     elif missing:
-        cause = (
-            f"the module {missing.group(1)} has no forward method: check the spelling of "
+        cause = _(
+            "the module {module} has no forward method: check the spelling of "
             "`def forward(self, ...)` and that it is indented inside the class"
-        )
+        ).format(module=missing.group(1))
     else:
-        known = (*(causes or {}).items(), *_KNOWN_CAUSES)
+        known = (*(causes or {}).items(), *((piece, _(cause)) for piece, cause in _KNOWN_CAUSES))
         cause = next((cause for piece, cause in known if piece in str(err)), hint)
-    message = f"{what} raised {quoted}" if what else f"your answer raised {quoted}"
-    stop = "" if message.endswith((".", "!", "?")) else "."
-    return f"{message}{stop} Likely cause: {cause}." if cause else f"{message}{stop}"
+    message = (_("{what} raised {error}").format(what=what, error=quoted) if what
+               else _("your answer raised {error}").format(error=quoted))
+    message += "" if message.endswith((".", "!", "?")) else "."
+    return _("{message} Likely cause: {cause}.").format(message=message, cause=cause) if cause else message
 
 
 @contextlib.contextmanager
@@ -343,12 +345,13 @@ def exercise(title: str) -> Callable[[F], Callable[..., None]]:
         def run(*args, **kwargs) -> None:
             verdict, message, where = _judge(check, args, kwargs)
             if verdict == "failed":
-                at = f"\n(The check that failed: {where}.)" if where else ""
-                raise ExerciseFailed(f"{title}: not yet. {message}{at}", where)
+                at = "\n" + _("(The check that failed: {where}.)").format(where=where) if where else ""
+                raise ExerciseFailed(_("{title}: not yet. {hint}").format(title=_(title), hint=message) + at, where)
             if verdict == "not attempted":
-                print(f"… {title}: not attempted yet (the answer still raises NotImplementedError).")
+                print(_("… {title}: not attempted yet (the answer still raises NotImplementedError).").format(
+                    title=_(title)))
             else:
-                print(f"✓ {title}: passed.")
+                print(_("✓ {title}: passed.").format(title=_(title)))
 
         run.title = title  # type: ignore[attr-defined]
         run.judge = lambda *args, **kwargs: _judge(check, args, kwargs)[:2]  # type: ignore[attr-defined]
@@ -368,7 +371,8 @@ def outcome(check: Callable[..., None], *args, **kwargs) -> tuple[Verdict, str]:
     if judge is None:
         raise TypeError(f"check must be a function decorated with @exercise, got {check!r}")
     verdict, message = judge(*args, **kwargs)
-    return verdict, (f"{check.title}: not yet. {message}" if verdict == "failed" else "")
+    return verdict, (_("{title}: not yet. {hint}").format(title=_(check.title), hint=message) if verdict == "failed"
+                     else "")
 
 
 def rejection(check: Callable[..., None], *args, **kwargs) -> str:
