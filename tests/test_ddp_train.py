@@ -272,6 +272,14 @@ def test_identity_comes_from_the_launcher(monkeypatch):
     assert (found["group_rank"], found["cuda_visible_devices"], found["device_type"]) == ("1", None, "cpu")
 
 
+def test_identity_records_the_nccl_error_handling_mode(monkeypatch):
+    """torchrun sets TORCH_NCCL_ASYNC_ERROR_HANDLING in its workers; chapter 09 reads it from the result."""
+    monkeypatch.delenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", raising=False)
+    assert ddp_train.rank_identity(torch.device("cpu"))["torch_nccl_async_error_handling"] is None
+    monkeypatch.setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")
+    assert ddp_train.rank_identity(torch.device("cpu"))["torch_nccl_async_error_handling"] == "3"
+
+
 def test_the_cuda_path_sets_the_current_device_and_binds_the_group_to_it(monkeypatch):
     """No GPU needed: the CUDA calls are recorded, not made."""
     calls = []

@@ -68,7 +68,7 @@ N_HIDDEN = 8
 LOG = logging.getLogger("ddp_train")
 #: The environment torchrun gives each process, as recorded in the result (``None`` when unset).
 IDENTITY_VARS = ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE",
-                 "MASTER_ADDR", "CUDA_VISIBLE_DEVICES")
+                 "MASTER_ADDR", "CUDA_VISIBLE_DEVICES", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
 
 
 def positive_int(text: str) -> int:
