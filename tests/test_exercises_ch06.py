@@ -6,13 +6,12 @@ from __future__ import annotations
 import math
 from itertools import pairwise
 
-import numpy as np
 import pytest
 import torch
 from torch import nn
 
 from utils.checks import outcome
-from utils.exercises.ch06 import check_movable, check_noise, check_training_bytes
+from utils.exercises.ch06 import check_movable, check_noise
 
 
 def judged(check, answer, *args):
@@ -736,171 +735,7 @@ def test_checks_leave_the_global_random_state_alone():
     torch.manual_seed(123)
     outcome(check_movable, ReverseLoop)
     outcome(check_noise, SeededEveryCall)  # even an answer that reseeds
-    outcome(check_training_bytes, lambda model: 0)
     assert torch.equal(torch.rand(3), expected)
-
-
-# --- Exercise 3 · Memory of a training step ----------------------------------------------------------
-# Right answers, each written differently from the notebook's reference (a loop with a copy count).
-
-
-def by_nbytes(model):
-    trainable = sum(p.nbytes for p in model.parameters() if p.requires_grad)
-    return sum(p.nbytes for p in model.parameters()) + 3 * trainable
-
-
-def by_identity(model):
-    seen = {}
-    for _, p in model.named_parameters(remove_duplicate=False):
-        seen[id(p)] = p
-    return sum(p.numel() * p.element_size() * (1 + 3 * p.requires_grad) for p in seen.values())
-
-
-def by_bits(model):
-    def bytes_per_number(dtype):
-        return (torch.finfo(dtype).bits if dtype.is_floating_point else torch.iinfo(dtype).bits) // 8
-
-    total = 0
-    for p in model.parameters():
-        size = p.numel() * bytes_per_number(p.dtype)
-        total += size + (3 * size if p.requires_grad else 0)
-    return int(total)
-
-
-def with_numpy_prod(model):
-    """np.prod of the shapes: the total is a NumPy integer (np.int64), not an int."""
-    return sum((1 + 3 * p.requires_grad) * np.prod(p.shape) * p.element_size() for p in model.parameters())
-
-
-RIGHT_BYTES = [by_nbytes, by_identity, by_bits, with_numpy_prod]
-
-
-def sixteen_bytes_each(model):
-    return 16 * sum(p.numel() for p in model.parameters())
-
-
-def assumes_float32(model):
-    return sum(16 * p.numel() if p.requires_grad else 4 * p.numel() for p in model.parameters())
-
-
-def ignores_frozen(model):
-    return sum(4 * p.numel() * p.element_size() for p in model.parameters())
-
-
-def forgets_gradients(model):
-    return sum((3 if p.requires_grad else 1) * p.nbytes for p in model.parameters())
-
-
-def forgets_adam(model):
-    return sum((2 if p.requires_grad else 1) * p.nbytes for p in model.parameters())
-
-
-def counts_repeats(model):
-    return sum((4 if p.requires_grad else 1) * p.nbytes for _, p in model.named_parameters(remove_duplicate=False))
-
-
-def counts_per_module(model):  # each module's own parameters: a weight shared by two layers counts twice
-    return sum((4 if p.requires_grad else 1) * p.nbytes for m in model.modules() for p in m.parameters(recurse=False))
-
-
-def counts_buffers(model):
-    return by_nbytes(model) + sum(b.nbytes for b in model.buffers())
-
-
-def counts_state_dict(model):
-    return sum(4 * t.numel() * t.element_size() for t in model.state_dict().values())
-
-
-def counts_bits(model):
-    return 8 * by_nbytes(model)
-
-
-def reads_the_gradients(model):
-    return sum(p.nbytes + p.grad.nbytes + 2 * p.nbytes for p in model.parameters())
-
-
-def one_size_for_all(model):
-    """The element size of the first parameter, used for every parameter."""
-    size = next(model.parameters()).element_size()
-    return size * sum((4 if p.requires_grad else 1) * p.numel() for p in model.parameters())
-
-
-def returns_float(model):
-    return float(by_nbytes(model))
-
-
-def returns_megabytes(model):
-    return by_nbytes(model) / 2**20
-
-
-def adam_state_in_float32(model):  # Adam's averages taken as 4 bytes whatever the dtype
-    return sum(2 * p.nbytes + 8 * p.numel() if p.requires_grad else p.nbytes for p in model.parameters())
-
-
-def walks_children_only(model):  # one level of the tree: a bare layer has no children
-    params = {id(p): p for child in model.children() for p in child.parameters(recurse=False)}.values()
-    return sum((4 if p.requires_grad else 1) * p.nbytes for p in params)
-
-
-WRONG_BYTES = [
-    (walks_children_only, "for a bare nn.Linear(5, 3) layer: 0 bytes"),
-    (walks_children_only, "the count reads only the parameters of the model's direct children"),
-    (sixteen_bytes_each, "for the same MLP with its first layer frozen: 1056 bytes"),
-    (assumes_float32, "each number takes its dtype's size"),
-    (ignores_frozen, "frozen parameters (requires_grad=False) get no gradient and no Adam state"),
-    (forgets_gradients, "the gradients are missing"),
-    (forgets_adam, "Adam's two running averages are missing"),
-    (counts_repeats, "a layer used twice holds its parameters once"),
-    (counts_per_module, "for a model whose two layers share one weight: 640 bytes, but one Adam step holds 384"),
-    (counts_per_module, "model.modules() does not, for a shared weight"),
-    (counts_buffers, "buffers (such as BatchNorm's running statistics) are not trained"),
-    (counts_state_dict, "frozen parameters"),
-    (counts_bits, "count bytes, not bits"),
-    (reads_the_gradients, "p.grad is None"),
-    (one_size_for_all, "for a model with a float64 and a float32 layer: 2112 bytes"),
-    (one_size_for_all, "one size for the whole model is wrong"),
-    (returns_float, "return an int (bytes); got float (use integer arithmetic"),
-    (returns_megabytes, "return an int (bytes); got float"),
-    (adam_state_in_float32, "for the MLP in float64: 1584 bytes"),
-    (adam_state_in_float32, "Adam's two averages have the parameter's dtype"),
-]
-
-
-@pytest.mark.parametrize("right", RIGHT_BYTES, ids=lambda f: f.__name__)
-def test_training_bytes_accepts_right_answers(right):
-    assert outcome(check_training_bytes, right) == ("passed", "")
-
-
-@pytest.mark.parametrize(("wrong", "hint"), WRONG_BYTES, ids=lambda w: getattr(w, "__name__", ""))
-def test_training_bytes_rejects(wrong, hint):
-    verdict, message = outcome(check_training_bytes, wrong)
-    assert verdict == "failed"
-    assert hint in message, message
-
-
-def test_training_bytes_hint_breaks_the_total_down():
-    _, message = outcome(check_training_bytes, forgets_gradients)
-    assert "for a float32 MLP: 792 bytes, but one Adam step holds 1056 = 264 (parameters) + 264 (gradients)" in message
-
-
-def test_each_trap_is_caught_on_its_own():
-    """With the frozen case out of the way, counting the state_dict still fails (tied weights, buffers)."""
-
-    def frozen_aware(count):
-        def fn(model):
-            if any(not p.requires_grad for p in model.parameters()):
-                return by_nbytes(model)
-            return count(model)
-
-        return fn
-
-    assert "uses one layer twice" in outcome(check_training_bytes, frozen_aware(counts_state_dict))[1]
-
-    def tied_aware(model):  # counts the state_dict without duplicates: still counts the buffers
-        unique = {t.data_ptr(): t for t in model.state_dict().values()}
-        return sum(4 * t.numel() * t.element_size() for t in unique.values())
-
-    assert "with BatchNorm buffers" in outcome(check_training_bytes, frozen_aware(tied_aware))[1]
 
 
 # --- every exercise: the stub, and the learner's own errors ------------------------------------------
@@ -922,12 +757,8 @@ class NoiseStub(nn.Module):
         raise NotImplementedError("your code here")
 
 
-def bytes_stub(model):
-    raise NotImplementedError("your code here")
-
-
 @pytest.mark.parametrize(
-    ("check", "stub"), [(check_movable, MovableStub), (check_noise, NoiseStub), (check_training_bytes, bytes_stub)]
+    ("check", "stub"), [(check_movable, MovableStub), (check_noise, NoiseStub)]
 )
 def test_only_the_stub_is_not_attempted(check, stub, capsys):
     assert outcome(check, stub) == ("not attempted", "")

@@ -1,5 +1,5 @@
-"""utils.placement, the helpers of chapter 06: what .to() cannot reach, and the formulas of its GPU memory
-cells, checked on the CPU."""
+"""utils.placement, the helpers of chapters 06 and OPGPU: what .to() cannot reach (chapter 06), and the formulas
+of the GPU memory cells (chapter OPGPU), checked on the CPU."""
 
 from __future__ import annotations
 

@@ -14,20 +14,17 @@ The chapter's own helpers (:func:`utils.placement.strays`, the allocator's round
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
-import numbers
 import re
 from collections.abc import Callable, Iterator
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from utils.checks import ExerciseFailed, exercise, expect, learner_code, same_device
 from utils.placement import _is_plain_tensor, _own_attributes, strays
 
-__all__ = ["check_movable", "check_noise", "check_training_bytes"]
+__all__ = ["check_movable", "check_noise"]
 
 META = torch.device("meta")
 CPU = torch.device("cpu")
@@ -574,148 +571,3 @@ def check_noise(cls: type[nn.Module], device: torch.device | str | None = None) 
         isinstance(there, torch.Tensor) and there.device.type == device.type and there.shape == (3, 4),
         f"an input on {device} must give an output there",
     )
-
-
-# --- Exercise 3 ------------------------------------------------------------------------------------
-
-def _measured(model: nn.Module) -> dict[str, int]:
-    """Run one Adam step on a copy and add up what it holds (the ground truth for exercise 3)."""
-    model = copy.deepcopy(model)
-    params = list(model.parameters())
-    trainable = [p for p in params if p.requires_grad]
-    optimizer = torch.optim.Adam(trainable, lr=1e-3)
-    first = next(m for m in model.modules() if isinstance(m, nn.Linear))
-    dtype = first.weight.dtype
-    x = torch.randn(3, first.in_features, dtype=dtype, generator=torch.Generator().manual_seed(0))
-    out = model(x)
-    F.mse_loss(out, torch.zeros_like(out)).backward()
-    optimizer.step()
-    return {
-        "parameters": sum(p.numel() * p.element_size() for p in params),
-        "gradients": sum(p.grad.numel() * p.grad.element_size() for p in trainable),
-        "Adam's two averages": sum(
-            optimizer.state[p][k].numel() * optimizer.state[p][k].element_size()
-            for p in trainable
-            for k in ("exp_avg", "exp_avg_sq")
-        ),
-    }
-
-
-def _likely_cause(model: nn.Module, parts: dict[str, int], got: int) -> str | None:
-    """The popular mistake that gives ``got`` bytes for ``model``, if one does."""
-    unique = list(model.parameters())
-    every = [p for _, p in model.named_parameters(remove_duplicate=False)]
-    nbytes = sum(p.numel() * p.element_size() for p in unique)
-    trained = sum(p.numel() * p.element_size() for p in unique if p.requires_grad)
-    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
-    want = sum(parts.values())
-    copies = sum((4 if p.requires_grad else 1) * p.numel() for p in unique)
-    one_level = {id(p): p for child in model.children() for p in child.parameters(recurse=False)}.values()
-    guesses = [  # the likelier mistake first where two give the same total
-        (4 * nbytes, "frozen parameters (requires_grad=False) get no gradient and no Adam state"),
-        (4 * copies, "each number takes its dtype's size (p.element_size()), not always 4 bytes"),
-        (
-            unique[0].element_size() * copies,
-            "each parameter counts with its own dtype's size (p.element_size() of every parameter): this "
-            "model mixes float64 and float32, so one size for the whole model is wrong",
-        ),
-        (
-            sum((4 if p.requires_grad else 1) * p.numel() * p.element_size() for p in every),
-            "a layer used twice holds its parameters once, and a weight shared by two layers is one tensor: "
-            "model.parameters() already skips the repeat (model.modules() does not, for a shared weight)",
-        ),
-        (want + buffers, "buffers (such as BatchNorm's running statistics) are not trained: do not count them"),
-        (want + 4 * buffers, "buffers (such as BatchNorm's running statistics) are not trained: do not count them"),
-        (8 * want, "count bytes, not bits"),
-        # before "gradients missing", which gives the same total in float64 but fails the float32 case first
-        (
-            nbytes + trained + 8 * sum(p.numel() for p in unique if p.requires_grad),
-            "Adam's two averages have the parameter's dtype (p.element_size() bytes each), not always 4 bytes",
-        ),
-        (nbytes + 2 * trained, "the gradients are missing (one per trainable parameter, of its size and dtype)"),
-        (nbytes + trained, "Adam's two running averages are missing (exp_avg and exp_avg_sq)"),
-        (
-            sum((4 if p.requires_grad else 1) * p.numel() * p.element_size() for p in one_level),
-            "the count reads only the parameters of the model's direct children: a bare layer has no children, "
-            "and a nested nn.Sequential keeps its layers one level further down. model.parameters() walks the "
-            "whole tree",
-        ),
-    ]
-    return next((cause for total, cause in guesses if total == got and total != want), None)
-
-
-class _MixedPrecision(nn.Module):
-    """A float64 layer feeding a float32 one: one model, two element sizes."""
-
-    def __init__(self):
-        super().__init__()
-        self.first = nn.Linear(5, 7, dtype=torch.float64)
-        self.second = nn.Linear(7, 3)
-
-    def forward(self, x):
-        return self.second(torch.relu(self.first(x)).float())
-
-
-class _SharedWeight(nn.Module):
-    """Two layers, one weight (as chapter 03 ties an embedding to a head): one tensor, two owners."""
-
-    def __init__(self):
-        super().__init__()
-        self.encode, self.decode = nn.Linear(4, 4), nn.Linear(4, 4)
-        self.decode.weight = self.encode.weight
-
-    def forward(self, x):
-        return self.decode(torch.relu(self.encode(x)))
-
-
-def _cases() -> dict[str, nn.Module]:
-    mlp = nn.Sequential(nn.Linear(5, 7), nn.ReLU(), nn.Linear(7, 3))
-    frozen = copy.deepcopy(mlp)
-    frozen[0].requires_grad_(False)
-    shared = nn.Linear(6, 6)
-    tied = nn.Sequential(nn.Linear(4, 6), shared, nn.ReLU(), shared)
-    normed = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.Linear(6, 2))
-    return {
-        "a float32 MLP": mlp,
-        "the same MLP with its first layer frozen": frozen,
-        "the MLP in float64": copy.deepcopy(mlp).double(),
-        "the MLP in bfloat16": copy.deepcopy(mlp).to(torch.bfloat16),
-        "a model that uses one layer twice": tied,
-        "a model whose two layers share one weight": _SharedWeight(),
-        "a model with BatchNorm buffers": normed,
-        "a model with a float64 and a float32 layer": _MixedPrecision(),
-        "a bare nn.Linear(5, 3) layer": nn.Linear(5, 3),
-        "an MLP nested in an nn.Sequential": nn.Sequential(nn.Sequential(nn.Linear(5, 7), nn.ReLU()), nn.Linear(7, 3)),
-    }
-
-
-@exercise("Exercise 3 · Memory of a training step")
-@_own_rng
-def check_training_bytes(fn: Callable[[nn.Module], int]) -> None:
-    """``fn(model) -> int``: bytes of parameters + gradients + Adam's two moment estimates.
-
-    Frozen parameters (``requires_grad=False``) have no gradient and no Adam state; each parameter
-    counts with its own dtype's size; a parameter used twice counts once; buffers do not count. The
-    model passed in is fresh: it has run no forward or backward, so its ``.grad`` fields are ``None``.
-    """
-    for label, model in _cases().items():
-        parts = _measured(model)
-        want = sum(parts.values())
-        with _calling(
-            f"your function on {label}",
-            "the model has not been trained, so p.grad is None: count from each parameter's numel() and "
-            "element_size()",
-        ):
-            got = fn(copy.deepcopy(model))
-        expect(
-            isinstance(got, numbers.Integral) and not isinstance(got, bool),
-            f"return an int (bytes); got {type(got).__name__}"
-            + (" (use integer arithmetic, or int(...))" if isinstance(got, float) else ""),
-        )
-        got = int(got)  # a NumPy integer (from np.prod) counts too
-        if got == want:
-            continue
-        breakdown = " + ".join(f"{v} ({k})" for k, v in parts.items())
-        cause = _likely_cause(model, parts, got)
-        expect(False, f"for {label}: {got} bytes, but one Adam step holds {want} = {breakdown}" + (
-            f". Likely cause: {cause}" if cause else ""))

@@ -1,0 +1,322 @@
+"""Checks for chapter OPGPU · Operating a GPU.
+
+Exercise 1 (memory of a training step) runs a real Adam step on the CPU on several small models and
+compares the answer with the bytes the step really holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import numbers
+import re
+from collections.abc import Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from utils.checks import ExerciseFailed, exercise, expect, learner_code
+
+__all__ = ["check_accumulate", "check_training_bytes"]
+
+CPU = torch.device("cpu")
+_CUDA = re.compile(r"cuda|nvidia", re.IGNORECASE)
+_HARD_CODED = (
+    "a hard-coded device such as .cuda() or device='cuda' (torch.device('cuda') fails where there is no "
+    "GPU, and elsewhere puts tensors where the caller did not ask): take the device from the input "
+    "(x.device) or leave it to .to(device)"
+)
+
+
+@contextlib.contextmanager
+def _calling(what: str, hint: str, on: torch.device = CPU) -> Iterator[None]:
+    """:func:`learner_code` that recognizes a hard-coded CUDA device in the error."""
+    try:
+        yield
+    except ExerciseFailed:
+        raise
+    except Exception as err:
+        if on.type != "cuda" and _CUDA.search(f"{type(err).__name__}: {err}"):
+            hint = _HARD_CODED
+        with learner_code(what, hint):
+            raise err from None
+
+
+def _own_rng(check: Callable[..., None]) -> Callable[..., None]:
+    """Run ``check`` with its own CPU random state, so calling it leaves the learner's unchanged."""
+
+    @functools.wraps(check)
+    def run(*args, **kwargs) -> None:
+        with torch.random.fork_rng(devices=[]):
+            torch.default_generator.manual_seed(6)
+            check(*args, **kwargs)
+
+    return run
+
+
+# --- Exercise 1 ------------------------------------------------------------------------------------
+
+
+def _measured(model: nn.Module) -> dict[str, int]:
+    """Run one Adam step on a copy and add up what it holds (the ground truth for exercise 3)."""
+    model = copy.deepcopy(model)
+    params = list(model.parameters())
+    trainable = [p for p in params if p.requires_grad]
+    optimizer = torch.optim.Adam(trainable, lr=1e-3)
+    first = next(m for m in model.modules() if isinstance(m, nn.Linear))
+    dtype = first.weight.dtype
+    x = torch.randn(3, first.in_features, dtype=dtype, generator=torch.Generator().manual_seed(0))
+    out = model(x)
+    F.mse_loss(out, torch.zeros_like(out)).backward()
+    optimizer.step()
+    return {
+        "parameters": sum(p.numel() * p.element_size() for p in params),
+        "gradients": sum(p.grad.numel() * p.grad.element_size() for p in trainable),
+        "Adam's two averages": sum(
+            optimizer.state[p][k].numel() * optimizer.state[p][k].element_size()
+            for p in trainable
+            for k in ("exp_avg", "exp_avg_sq")
+        ),
+    }
+
+
+def _likely_cause(model: nn.Module, parts: dict[str, int], got: int) -> str | None:
+    """The popular mistake that gives ``got`` bytes for ``model``, if one does."""
+    unique = list(model.parameters())
+    every = [p for _, p in model.named_parameters(remove_duplicate=False)]
+    nbytes = sum(p.numel() * p.element_size() for p in unique)
+    trained = sum(p.numel() * p.element_size() for p in unique if p.requires_grad)
+    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+    want = sum(parts.values())
+    copies = sum((4 if p.requires_grad else 1) * p.numel() for p in unique)
+    one_level = {id(p): p for child in model.children() for p in child.parameters(recurse=False)}.values()
+    guesses = [  # the likelier mistake first where two give the same total
+        (4 * nbytes, "frozen parameters (requires_grad=False) get no gradient and no Adam state"),
+        (4 * copies, "each number takes its dtype's size (p.element_size()), not always 4 bytes"),
+        (
+            unique[0].element_size() * copies,
+            "each parameter counts with its own dtype's size (p.element_size() of every parameter): this "
+            "model mixes float64 and float32, so one size for the whole model is wrong",
+        ),
+        (
+            sum((4 if p.requires_grad else 1) * p.numel() * p.element_size() for p in every),
+            "a layer used twice holds its parameters once, and a weight shared by two layers is one tensor: "
+            "model.parameters() already skips the repeat (model.modules() does not, for a shared weight)",
+        ),
+        (want + buffers, "buffers (such as BatchNorm's running statistics) are not trained: do not count them"),
+        (want + 4 * buffers, "buffers (such as BatchNorm's running statistics) are not trained: do not count them"),
+        (8 * want, "count bytes, not bits"),
+        # before "gradients missing", which gives the same total in float64 but fails the float32 case first
+        (
+            nbytes + trained + 8 * sum(p.numel() for p in unique if p.requires_grad),
+            "Adam's two averages have the parameter's dtype (p.element_size() bytes each), not always 4 bytes",
+        ),
+        (nbytes + 2 * trained, "the gradients are missing (one per trainable parameter, of its size and dtype)"),
+        (nbytes + trained, "Adam's two running averages are missing (exp_avg and exp_avg_sq)"),
+        (
+            sum((4 if p.requires_grad else 1) * p.numel() * p.element_size() for p in one_level),
+            "the count reads only the parameters of the model's direct children: a bare layer has no children, "
+            "and a nested nn.Sequential keeps its layers one level further down. model.parameters() walks the "
+            "whole tree",
+        ),
+    ]
+    return next((cause for total, cause in guesses if total == got and total != want), None)
+
+
+class _MixedPrecision(nn.Module):
+    """A float64 layer feeding a float32 one: one model, two element sizes."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = nn.Linear(5, 7, dtype=torch.float64)
+        self.second = nn.Linear(7, 3)
+
+    def forward(self, x):
+        return self.second(torch.relu(self.first(x)).float())
+
+
+class _SharedWeight(nn.Module):
+    """Two layers, one weight (as chapter 03 ties an embedding to a head): one tensor, two owners."""
+
+    def __init__(self):
+        super().__init__()
+        self.encode, self.decode = nn.Linear(4, 4), nn.Linear(4, 4)
+        self.decode.weight = self.encode.weight
+
+    def forward(self, x):
+        return self.decode(torch.relu(self.encode(x)))
+
+
+def _cases() -> dict[str, nn.Module]:
+    mlp = nn.Sequential(nn.Linear(5, 7), nn.ReLU(), nn.Linear(7, 3))
+    frozen = copy.deepcopy(mlp)
+    frozen[0].requires_grad_(False)
+    shared = nn.Linear(6, 6)
+    tied = nn.Sequential(nn.Linear(4, 6), shared, nn.ReLU(), shared)
+    normed = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.Linear(6, 2))
+    return {
+        "a float32 MLP": mlp,
+        "the same MLP with its first layer frozen": frozen,
+        "the MLP in float64": copy.deepcopy(mlp).double(),
+        "the MLP in bfloat16": copy.deepcopy(mlp).to(torch.bfloat16),
+        "a model that uses one layer twice": tied,
+        "a model whose two layers share one weight": _SharedWeight(),
+        "a model with BatchNorm buffers": normed,
+        "a model with a float64 and a float32 layer": _MixedPrecision(),
+        "a bare nn.Linear(5, 3) layer": nn.Linear(5, 3),
+        "an MLP nested in an nn.Sequential": nn.Sequential(nn.Sequential(nn.Linear(5, 7), nn.ReLU()), nn.Linear(7, 3)),
+    }
+
+
+@exercise("Exercise 1 · Memory of a training step")
+@_own_rng
+def check_training_bytes(fn: Callable[[nn.Module], int]) -> None:
+    """``fn(model) -> int``: bytes of parameters + gradients + Adam's two moment estimates.
+
+    Frozen parameters (``requires_grad=False``) have no gradient and no Adam state; each parameter
+    counts with its own dtype's size; a parameter used twice counts once; buffers do not count. The
+    model passed in is fresh: it has run no forward or backward, so its ``.grad`` fields are ``None``.
+    """
+    for label, model in _cases().items():
+        parts = _measured(model)
+        want = sum(parts.values())
+        with _calling(
+            f"your function on {label}",
+            "the model has not been trained, so p.grad is None: count from each parameter's numel() and element_size()",
+        ):
+            got = fn(copy.deepcopy(model))
+        expect(
+            isinstance(got, numbers.Integral) and not isinstance(got, bool),
+            f"return an int (bytes); got {type(got).__name__}"
+            + (" (use integer arithmetic, or int(...))" if isinstance(got, float) else ""),
+        )
+        got = int(got)  # a NumPy integer (from np.prod) counts too
+        if got == want:
+            continue
+        breakdown = " + ".join(f"{v} ({k})" for k, v in parts.items())
+        cause = _likely_cause(model, parts, got)
+        expect(
+            False,
+            f"for {label}: {got} bytes, but one Adam step holds {want} = {breakdown}"
+            + (f". Likely cause: {cause}" if cause else ""),
+        )
+
+
+# --- Exercise 2 ------------------------------------------------------------------------------------
+
+
+def _regression() -> tuple[nn.Module, Callable, torch.Tensor, torch.Tensor]:
+    model = nn.Sequential(nn.Linear(3, 5), nn.ReLU(), nn.Linear(5, 2))
+    return model, F.mse_loss, torch.randn(10, 3), torch.randn(10, 2)
+
+
+def _classifier() -> tuple[nn.Module, Callable, torch.Tensor, torch.Tensor]:
+    model = nn.Sequential(nn.Sequential(nn.Linear(4, 6), nn.Tanh()), nn.Linear(6, 3))
+    return model, F.cross_entropy, torch.randn(7, 4), torch.randint(0, 3, (7,))
+
+
+def _bare() -> tuple[nn.Module, Callable, torch.Tensor, torch.Tensor]:
+    return nn.Linear(2, 1), F.l1_loss, torch.randn(8, 2), torch.randn(8, 1)
+
+
+def _grads_of(model: nn.Module, loss_fn: Callable, pieces: list[tuple[torch.Tensor, torch.Tensor]],
+              weights: list[float], keep: str = "all") -> list[torch.Tensor]:
+    """The gradients that ``sum(w * loss_fn(model(xb), yb))`` leaves, on a copy (``keep="last"``: the last piece's)."""
+    model = copy.deepcopy(model)
+    if keep == "last":
+        pieces, weights = pieces[-1:], weights[-1:]
+    total = sum(w * loss_fn(model(xb), yb) for (xb, yb), w in zip(pieces, weights, strict=True))
+    return list(torch.autograd.grad(total, list(model.parameters())))
+
+
+def _close(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return all(torch.allclose(p, q, rtol=1e-4, atol=1e-6) for p, q in zip(a, b, strict=True))
+
+
+#: The error ``backward()`` raises on a loss that autograd did not record, and what causes it.
+_CUT_OFF = {
+    "does not require grad and does not have a grad_fn": (
+        "backward was called on a loss that autograd did not record: a loss computed under torch.no_grad(), "
+        "or from a .detach()ed tensor, has no graph to go back through"
+    ),
+}
+
+
+@exercise("Exercise 2 · Accumulate gradients")
+@_own_rng
+def check_accumulate(fn: Callable[..., None]) -> None:
+    """``fn(model, loss_fn, x, y, size)``: the whole batch's gradient, from micro-batches of at most ``size`` rows.
+
+    Tried on an MLP with ``mse_loss``, a nested classifier with ``cross_entropy`` and a bare layer with
+    ``l1_loss``, with sizes that divide the batch, that do not, and that cover it in one piece.
+    """
+    cases = [(_regression, 2), (_regression, 4), (_classifier, 3), (_classifier, 7), (_bare, 4), (_bare, 3)]
+    for make, size in cases:
+        model, loss_fn, x, y = make()
+        label = f"{len(x)} rows in micro-batches of at most {size} ({loss_fn.__name__}, {type(model).__name__})"
+        before = [p.detach().clone() for p in model.parameters()]
+        events: list[object] = []
+
+        def record(module, args, out, events=events):
+            events.append(len(args[0]))
+            if isinstance(out, torch.Tensor) and out.requires_grad:
+                out.register_hook(lambda grad: events.append("backward"))
+
+        handle = model.register_forward_hook(record)
+        try:
+            with learner_code(f"your function on {label}", causes=_CUT_OFF):
+                fn(model, loss_fn, x, y, size)
+        finally:
+            handle.remove()
+
+        grads = [p.grad for p in model.parameters()]
+        expect(
+            all(g is not None for g in grads),
+            f"for {label}: no gradient reached the parameters. Call loss.backward() on each micro-batch's loss "
+            "(outside torch.no_grad(), and not on a detached loss)",
+        )
+        expect(
+            all(torch.equal(p.detach(), b) for p, b in zip(model.parameters(), before, strict=True)),
+            f"for {label}: the parameters changed. Only accumulate the gradients: the optimizer steps later",
+        )
+        rows = [e for e in events if isinstance(e, int)]
+        expect(
+            max(rows, default=0) <= size,
+            f"for {label}: the model saw {max(rows, default=0)} rows in one call. Run it on micro-batches of at "
+            f"most {size} rows: x.split({size})",
+        )
+        expect(sum(rows) == len(x), f"for {label}: the model saw {sum(rows)} rows in all, but the batch has {len(x)}")
+        calls = [e for e in events if e == "backward"]
+        interleaved = all(events[i + 1] == "backward" for i, e in enumerate(events[:-1]) if isinstance(e, int))
+        expect(
+            len(calls) == len(rows) and interleaved and events[-1] == "backward",
+            f"for {label}: backward ran {len(calls)} time(s) after all {len(rows)} forward calls. Call backward on "
+            "each micro-batch's loss before the next forward: one backward on the summed losses keeps every "
+            "micro-batch's activations alive, which is what accumulation avoids",
+        )
+
+        model_before = copy.deepcopy(model)
+        with torch.no_grad():
+            for p, b in zip(model_before.parameters(), before, strict=True):
+                p.copy_(b)
+        pieces = list(zip(x.split(size), y.split(size), strict=True))
+        shares = [len(xb) / len(x) for xb, _ in pieces]
+        want = _grads_of(model_before, loss_fn, [(x, y)], [1.0])
+        if _close(grads, want):
+            continue
+        causes = [
+            (_grads_of(model_before, loss_fn, pieces, [1.0] * len(pieces)),
+             "Each micro-batch's mean loss went to backward as it is, so the gradients add up to about "
+             f"{len(pieces)} times the batch's: scale each loss by its share of the rows, len(xb) / len(x)"),
+            (_grads_of(model_before, loss_fn, pieces, [1 / len(pieces)] * len(pieces)),
+             "Each loss was divided by the number of micro-batches, but they are not all the same size here: "
+             "scale each by its share of the rows, len(xb) / len(x)"),
+            (_grads_of(model_before, loss_fn, pieces, shares, keep="last"),
+             "Only the last micro-batch's gradient is left: gradients add up in .grad by themselves, so do not "
+             "zero them (zero_grad) between micro-batches"),
+        ]
+        cause = next((hint for got, hint in causes if _close(grads, got)), None)
+        expect(False, f"for {label}: the gradients differ from the whole batch's. " + (
+            cause or "The cause is unknown: compare with loss_fn(model(x), y).backward() on a copy of the model"))
