@@ -148,7 +148,7 @@ def test_a_check_that_draws_random_numbers_leaves_the_notebooks_numbers_alone():
 
 
 def test_an_exercises_own_causes_come_before_the_shared_ones_and_the_hint():
-    """ch07's outputs made with requires_grad=True hit the message that the shared causes explain for parameters."""
+    """Chapter 06's outputs made with requires_grad=True hit the message the shared causes explain for parameters."""
 
     @exercise("Ex · own causes")
     def check_filled(fn):

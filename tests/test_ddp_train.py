@@ -1,7 +1,7 @@
-"""utils.ddp_train: the pieces of chapter 09's DDP training program, and whole runs in this process.
+"""utils.ddp_train: the pieces of chapter 10's DDP training program, and whole runs in this process.
 
 The launched run (a two-node torchrun job on this machine, one process per node, batch 4 with 2
-micro-batches per step, ``--sync-demo``) is asserted in notebooks/09_data_parallel_training.ipynb,
+micro-batches per step, ``--sync-demo``) is asserted in notebooks/10_data_parallel_training.ipynb,
 sections 4-8, which runs in this test suite under strict nbval: world size, ranks and node ranks,
 equal parameters and losses against a plain loop, rank-0-only logs and no progress bar when captured,
 identical replicas, disjoint shards, one checkpoint written by rank 0 that every rank reloads, the
@@ -270,6 +270,14 @@ def test_identity_comes_from_the_launcher(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     found = ddp_train.rank_identity(torch.device("cpu"))
     assert (found["group_rank"], found["cuda_visible_devices"], found["device_type"]) == ("1", None, "cpu")
+
+
+def test_identity_records_the_nccl_error_handling_mode(monkeypatch):
+    """torchrun sets TORCH_NCCL_ASYNC_ERROR_HANDLING in its workers; chapter 10 reads it from the result."""
+    monkeypatch.delenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", raising=False)
+    assert ddp_train.rank_identity(torch.device("cpu"))["torch_nccl_async_error_handling"] is None
+    monkeypatch.setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")
+    assert ddp_train.rank_identity(torch.device("cpu"))["torch_nccl_async_error_handling"] == "3"
 
 
 def test_the_cuda_path_sets_the_current_device_and_binds_the_group_to_it(monkeypatch):

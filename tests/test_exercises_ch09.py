@@ -1,543 +1,761 @@
 """Chapter 09's checks: per exercise, a catalogue of plausible wrong answers with the hint each gets,
 and right answers written differently from the notebook's reference (which nbval runs there).
 
-Exercise 3's check drives the answer with a stand-in for DDP that records which passes would
-all-reduce (``RecordingDDP``): no process group, no optimizer import, a few tiny tensors.
+Exercise 1's check runs on the shared fake GPUs and their virtual clock: nothing here sleeps or
+depends on the speed of the machine.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
+import time
 
-import numpy as np
 import pytest
 import torch
-from torch import nn
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.overrides import TorchFunctionMode
 
 from utils.checks import outcome, rejection
-from utils.exercises.ch09 import (
-    RecordingDDP,
-    RecordingSGD,
-    check_accumulate_step,
-    check_ddp_numbers,
-    check_epoch_shards,
-    true_ddp_numbers,
-    true_epoch_shards,
-)
+from utils.exercises import ch09
+from utils.exercises.ch09 import REASONS, REPORT, check_fixed_timer, check_masked_mean, check_report
+from utils.timing import measure, synchronize
 
 
-def stub(*args):
-    raise NotImplementedError("your code here")
+def cuda_devices(devices):
+    return [d for d in devices if d.type == "cuda"]
 
 
-@pytest.mark.parametrize("check", [check_ddp_numbers, check_epoch_shards, check_accumulate_step])
-def test_only_the_stub_is_not_attempted(check):
-    assert outcome(check, stub) == ("not attempted", "")
+# --- Exercise 1 · Fix this timing code --------------------------------------------------------------
+# Right answers, written differently from the reference (which warms up, then uses utils.timing.synchronize).
 
-    def torch_own_not_implemented(*args):
-        raise NotImplementedError  # not the stub's message: an attempted answer that fails
-
-    verdict, hint = outcome(check, torch_own_not_implemented)
-    assert verdict == "failed" and "raised NotImplementedError" in hint
-
-
-# --- Exercise 1 · The numbers of a DDP run ----------------------------------------------------------
-
-def right_one_ceiling(n_samples, world_size, batch_size):
-    """ceil(ceil(n/P)/B) == ceil(n/(P*B)) for positive ints."""
-    return world_size * batch_size, math.ceil(n_samples / (world_size * batch_size))
+def right_cuda_loops(fn, devices, clock=time.perf_counter):
+    fn()  # warm-up
+    for d in cuda_devices(devices):
+        torch.cuda.synchronize(d)
+    start = clock()
+    fn()
+    for d in cuda_devices(devices):
+        torch.cuda.synchronize(d)
+    return clock() - start
 
 
-def right_integer_ceiling(n_samples, world_size, batch_size):
-    per_rank = -(-n_samples // world_size)
-    return batch_size * world_size, (per_rank + batch_size - 1) // batch_size
+def right_with_measure(fn, devices, clock=time.perf_counter):
+    return measure(fn, devices=devices, warmup=1, repeats=3, number=1, timer=clock).median
 
 
-def right_measured(n_samples, world_size, batch_size):
-    data = range(n_samples)
-    loader = DataLoader(data, batch_size=batch_size, sampler=DistributedSampler(data, world_size, 0))
-    return world_size * batch_size, len(loader)
+def warm_then_time(fn, wait, clock):
+    """The skeleton of the answers below, right and wrong, that differ only in how they wait for the GPUs: a
+    warm-up call, wait, then one call timed between two waits."""
+    fn()
+    wait()
+    start = clock()
+    fn()
+    wait()
+    return clock() - start
 
 
-def right_with_numpy(n_samples, world_size, batch_size):
-    """NumPy integers are whole numbers too."""
-    per_rank = np.ceil(np.int64(n_samples) / world_size).astype(np.int64)
-    return np.int64(world_size * batch_size), np.ceil(per_rank / batch_size).astype(np.int64)
+def right_every_visible_gpu(fn, devices, clock=time.perf_counter):
+    """Synchronizing every GPU the process sees is more than needed, but correct."""
+    def wait_all():
+        for i in range(torch.cuda.device_count()):
+            torch.cuda.synchronize(i)
+
+    return warm_then_time(fn, wait_all, clock)
 
 
-@pytest.mark.parametrize("right", [right_one_ceiling, right_integer_ceiling, right_measured, right_with_numpy])
-def test_ddp_numbers_accepts(right):
-    assert outcome(check_ddp_numbers, right) == ("passed", "")
+def right_accelerator_api_median(fn, devices, clock=time.perf_counter):
+    """torch.accelerator, three timed calls, the median."""
+    gpus = [d for d in devices if d.type != "cpu"]
+
+    def wait():
+        for d in gpus:
+            torch.accelerator.synchronize(d)
+
+    fn()
+    times = []
+    for _ in range(3):
+        wait()
+        start = clock()
+        fn()
+        wait()
+        times.append(clock() - start)
+    return sorted(times)[1]
 
 
-def forgot_the_processes(n_samples, world_size, batch_size):
-    return batch_size, math.ceil(n_samples / batch_size)
+def right_average_of_ten(fn, devices, clock=time.perf_counter):
+    fn()
+    synchronize(devices)
+    start = clock()
+    for _ in range(10):
+        fn()
+    synchronize(devices)
+    return (clock() - start) / 10
 
 
-def steps_ignore_sharding(n_samples, world_size, batch_size):
-    return world_size * batch_size, math.ceil(n_samples / batch_size)
+def right_device_context(fn, devices, clock=time.perf_counter):
+    """Make each GPU current, then a bare synchronize: how torch.cuda.synchronize(d) does it itself."""
+    def wait():
+        for d in devices:
+            if d.type == "cuda":
+                with torch.cuda.device(d):
+                    torch.cuda.synchronize()
+
+    return warm_then_time(fn, wait, clock)
 
 
-def floor_drops_the_partial_batch(n_samples, world_size, batch_size):
-    return world_size * batch_size, n_samples // (world_size * batch_size)
+def right_set_device(fn, devices, clock=time.perf_counter):
+    def wait():
+        for d in cuda_devices(devices):
+            torch.cuda.set_device(d)
+            torch.cuda.synchronize()
+
+    return warm_then_time(fn, wait, clock)
 
 
-def floor_per_process(n_samples, world_size, batch_size):
-    """Rounds the shard down: forgets that the sampler pads it."""
-    return world_size * batch_size, math.ceil((n_samples // world_size) / batch_size)
+def right_accelerator_device_index(fn, devices, clock=time.perf_counter):
+    def wait():
+        for d in devices:
+            if d.type != "cpu":
+                with torch.accelerator.device_index(d.index):
+                    torch.accelerator.synchronize()
+
+    return warm_then_time(fn, wait, clock)
 
 
-def returns_floats(n_samples, world_size, batch_size):
-    return float(world_size * batch_size), n_samples / (world_size * batch_size)
+def right_current_streams(fn, devices, clock=time.perf_counter):
+    def wait():  # fn's work goes to each device's current stream
+        for d in cuda_devices(devices):
+            torch.cuda.current_stream(d).synchronize()
+
+    return warm_then_time(fn, wait, clock)
 
 
-def returns_a_list(n_samples, world_size, batch_size):
-    return [world_size * batch_size, math.ceil(n_samples / (world_size * batch_size))]
+def right_accelerator_streams(fn, devices, clock=time.perf_counter):
+    def wait():
+        for d in devices:
+            if d.type != "cpu":
+                torch.accelerator.current_stream(d).synchronize()
+
+    return warm_then_time(fn, wait, clock)
 
 
-def round_half_up(n_samples, world_size, batch_size):
-    """round(x + 0.5) as "round up": Python rounds halves to even, so 3.5 becomes 4 (but 4.5 also 4)."""
-    return world_size * batch_size, round(n_samples / (world_size * batch_size) + 0.5)
+def right_cuda_indices(fn, devices, clock=time.perf_counter):
+    indices = [d.index for d in devices if d.type == "cuda"]  # each GPU's own index, wherever it is listed
+
+    def wait():
+        for i in indices:
+            torch.cuda.synchronize(i)
+
+    return warm_then_time(fn, wait, clock)
 
 
-def floor_plus_one(n_samples, world_size, batch_size):
-    return world_size * batch_size, n_samples // (world_size * batch_size) + 1
+@pytest.mark.parametrize("answer", [right_cuda_loops, right_with_measure, right_every_visible_gpu,
+                                    right_accelerator_api_median, right_average_of_ten, right_device_context,
+                                    right_set_device, right_accelerator_device_index, right_current_streams,
+                                    right_accelerator_streams, right_cuda_indices])
+def test_fixed_timer_accepts(answer):
+    assert outcome(check_fixed_timer, answer) == ("passed", "")
 
 
-def measured_without_a_process_group(n_samples, world_size, batch_size):
-    loader = DataLoader(range(n_samples), batch_size=batch_size, sampler=DistributedSampler(range(n_samples)))
-    return world_size * batch_size, len(loader)
+# Wrong answers, the mistakes that published notes and first attempts make.
+
+def naive(fn, devices, clock=time.perf_counter):  # the code the exercise asks to fix
+    start = clock()
+    fn()
+    torch.cuda.synchronize()
+    return clock() - start
+
+
+def time_time_no_sync(fn, devices, clock=time.perf_counter):
+    start = time.time()
+    fn()
+    return time.time() - start
+
+
+def never_synchronises(fn, devices, clock=time.perf_counter):
+    fn()
+    start = clock()
+    fn()
+    return clock() - start
+
+
+def sync_before_only(fn, devices, clock=time.perf_counter):
+    fn()
+    synchronize(devices)
+    start = clock()
+    fn()
+    return clock() - start
+
+
+def sync_after_only(fn, devices, clock=time.perf_counter):
+    start = clock()
+    fn()
+    synchronize(devices)
+    return clock() - start
+
+
+def warm_up_without_sync_before(fn, devices, clock=time.perf_counter):
+    fn()
+    start = clock()
+    fn()
+    synchronize(devices)
+    return clock() - start
+
+
+def bare_sync_both_sides(fn, devices, clock=time.perf_counter):
+    return warm_then_time(fn, torch.cuda.synchronize, clock)
+
+
+def first_device_only(fn, devices, clock=time.perf_counter):
+    return warm_then_time(fn, lambda: torch.cuda.synchronize(devices[0]), clock)
+
+
+def two_hardcoded_gpus(fn, devices, clock=time.perf_counter):
+    return warm_then_time(fn, lambda: synchronize(["cuda:0", "cuda:1"]), clock)
+
+
+def bare_before_every_device_after(fn, devices, clock=time.perf_counter):
+    fn()
+    torch.cuda.synchronize()
+    start = clock()
+    fn()
+    synchronize(devices)
+    return clock() - start
+
+
+def stops_the_clock_before_waiting(fn, devices, clock=time.perf_counter):
+    fn()
+    synchronize(devices)
+    start = clock()
+    fn()
+    end = clock()
+    synchronize(devices)
+    return end - start
+
+
+def starts_the_clock_after_fn(fn, devices, clock=time.perf_counter):
+    fn()
+    synchronize(devices)
+    fn()
+    start = clock()
+    synchronize(devices)
+    return clock() - start
+
+
+def includes_the_warm_up(fn, devices, clock=time.perf_counter):
+    synchronize(devices)
+    start = clock()
+    fn()
+    synchronize(devices)
+    return clock() - start
+
+
+def crashes_on_the_cpu(fn, devices, clock=time.perf_counter):
+    def wait():
+        for d in devices:
+            torch.cuda.synchronize(d)
+
+    return warm_then_time(fn, wait, clock)
+
+
+def device_context_with_the_cpu(fn, devices, clock=time.perf_counter):
+    def wait():
+        for d in devices:
+            with torch.cuda.device(d):
+                torch.cuda.synchronize()
+
+    return warm_then_time(fn, wait, clock)
+
+
+def selects_the_last_device_only(fn, devices, clock=time.perf_counter):
+    """A bare synchronize waits for the current device, which is now the last one of devices."""
+    torch.cuda.set_device(devices[-1])
+    return bare_sync_both_sides(fn, devices, clock)
+
+
+def ignores_the_clock(fn, devices, clock=time.perf_counter):
+    fn()
+    synchronize(devices)
+    start = time.perf_counter()
+    fn()
+    synchronize(devices)
+    return time.perf_counter() - start
+
+
+def returns_milliseconds(fn, devices, clock=time.perf_counter):
+    return right_cuda_loops(fn, devices, clock) * 1000
+
+
+def returns_the_timing(fn, devices, clock=time.perf_counter):
+    return measure(fn, devices=devices, warmup=1, repeats=3, number=1, timer=clock)
+
+
+def sums_three_calls(fn, devices, clock=time.perf_counter):
+    fn()
+    synchronize(devices)
+    start = clock()
+    for _ in range(3):
+        fn()
+    synchronize(devices)
+    return clock() - start
+
+
+def bare_sync_always(fn, devices, clock=time.perf_counter):
+    """Right on a GPU machine, but calls CUDA on a machine without one."""
+    fn()
+    torch.cuda.synchronize()
+    for d in cuda_devices(devices):
+        torch.cuda.synchronize(d)
+    start = clock()
+    fn()
+    for d in cuda_devices(devices):
+        torch.cuda.synchronize(d)
+    return clock() - start
+
+
+def current_stream_only(fn, devices, clock=time.perf_counter):
+    return warm_then_time(fn, lambda: torch.cuda.current_stream().synchronize(), clock)
+
+
+def streams_of_every_device(fn, devices, clock=time.perf_counter):  # the CPU has no CUDA stream
+    def wait():
+        for d in devices:
+            torch.cuda.current_stream(d).synchronize()
+
+    return warm_then_time(fn, wait, clock)
+
+
+def positions_for_indices(fn, devices, clock=time.perf_counter):
+    """enumerate gives each device's place in the list, not its CUDA index."""
+    def wait():
+        for i, d in enumerate(devices):
+            if d.type == "cuda":
+                torch.cuda.synchronize(i)
+
+    return warm_then_time(fn, wait, clock)
+
+
+def range_of_the_length(fn, devices, clock=time.perf_counter):
+    def wait():
+        if torch.cuda.is_available():
+            for i in range(len(devices)):
+                torch.cuda.synchronize(i)
+
+    return warm_then_time(fn, wait, clock)
+
+
+def skips_the_cpu_only_when_first(fn, devices, clock=time.perf_counter):
+    gpus = devices[1:] if devices[0].type == "cpu" else devices
+
+    def wait():
+        for d in gpus:
+            torch.cuda.synchronize(d)
+
+    return warm_then_time(fn, wait, clock)
 
 
 @pytest.mark.parametrize(
     ("wrong", "hint"),
     [
-        (forgot_the_processes, "--batch-size is per process"),
-        (steps_ignore_sharding, "each process gets ceil(10000/4) samples"),
-        (floor_drops_the_partial_batch, "a last partial batch still counts as a step"),
-        (floor_per_process, "the sampler pads the shards"),
-        (round_half_up, "48 samples make exactly 3 global batches of 16: nothing is left over"),
-        (floor_plus_one, "64 samples make exactly 4 global batches of 16: nothing is left over"),
-        (returns_floats, "return a tuple of two ints"),
-        (returns_a_list, "return a tuple of two ints"),
-        (measured_without_a_process_group, "calling ddp_numbers(10000, 4, 32) raised"),
+        (naive, "after fn it waited for cuda:0 only. torch.cuda.synchronize() without an argument"),
+        (time_time_no_sync, "it never waits for a device, so the clock measured how fast Python launched"),
+        (never_synchronises, "it never waits for a device"),
+        (sync_before_only, "it does not wait after fn, so the clock stopped when the work was launched"),
+        (sync_after_only, "200 ms of work queued on cuda:0 before the call were billed to fn"),
+        (warm_up_without_sync_before, "the work of the call before (a warm-up) was still queued"),
+        (bare_sync_both_sides, "after fn it waited for cuda:0 only"),
+        (first_device_only, "after fn it waited for cuda:2 but not for cuda:0"),
+        (two_hardcoded_gpus, "after fn it waited for cuda:0, cuda:1 but not for cuda:2"),
+        (bare_before_every_device_after, "the work of the call before (a warm-up) was still queued"),
+        (stops_the_clock_before_waiting, "read the clock after synchronizing, not before"),
+        (starts_the_clock_after_fn, "fn spends 3 ms on the CPU, and with devices=[cpu] the time returned is 0.0"),
+        (includes_the_warm_up, "it includes the warm-up. Call fn once before starting the clock"),
+        (crashes_on_the_cpu, "skip the CPU"),
+        (device_context_with_the_cpu, "skip the CPU"),
+        (selects_the_last_device_only, "after fn it waited for cuda:1 but not for cuda:0"),
+        (ignores_the_clock, "it does not read the time with clock()"),
+        (returns_milliseconds, "return seconds, not milliseconds"),
+        (returns_the_timing, "a Timing: return its .median"),
+        (sums_three_calls, "return the time of one call (divide by the number of calls you timed)"),
+        (bare_sync_always, "on a machine without a GPU"),
+        (current_stream_only, "after fn it waited for cuda:0 only"),
+        (streams_of_every_device, "skip the CPU"),
+        (positions_for_indices, "waited for cuda:0, which devices [cuda:2, cpu] does not hold, and not for cuda:2"),
+        (range_of_the_length, "its place in the list (enumerate(devices), range(len(devices))) is not its CUDA index"),
+        (skips_the_cpu_only_when_first, "skip the CPU"),
     ],
 )
-def test_ddp_numbers_rejects(wrong, hint):
-    verdict, message = outcome(check_ddp_numbers, wrong)
+def test_fixed_timer_rejects(wrong, hint):
+    verdict, message = outcome(check_fixed_timer, wrong)
     assert verdict == "failed" and hint in message, message
 
 
-def test_true_numbers_match_hand_computation():
-    assert true_ddp_numbers(64, 2, 8) == (16, 4)
-    assert true_ddp_numbers(100, 4, 8) == (32, 4)  # 25 samples per process: 3 full batches and 1 partial
-    assert true_ddp_numbers(5, 8, 1) == (8, 1)  # more processes than samples: the sampler repeats some
-    assert true_ddp_numbers(48, 2, 8) == (16, 3)  # divides evenly: no extra step
+def test_every_device_is_tried_in_every_role():
+    """An answer that forgets one particular device, before or after fn, is caught whichever it is."""
+    for k in range(3):
+        def forgets_one(fn, devices, clock=time.perf_counter, skip=f"cuda:{k}"):
+            fn()
+            synchronize([d for d in devices if str(d) != skip])
+            start = clock()
+            fn()
+            synchronize([d for d in devices if str(d) != skip])
+            return clock() - start
+
+        verdict, message = outcome(check_fixed_timer, forgets_one)
+        assert verdict == "failed" and f"but not for cuda:{k}" in message, message
+
+        def forgets_one_before(fn, devices, clock=time.perf_counter, skip=f"cuda:{k}"):
+            fn()
+            synchronize([d for d in devices if str(d) != skip])
+            start = clock()
+            fn()
+            synchronize(devices)
+            return clock() - start
+
+        verdict, message = outcome(check_fixed_timer, forgets_one_before)
+        assert verdict == "failed", message
+        assert f"queued on cuda:{k} before the call" in message or "(a warm-up) was still queued" in message
 
 
-@pytest.mark.parametrize("bad", [0, -1, 2.0, True, "4"])
-def test_true_numbers_reject_bad_arguments(bad):
-    with pytest.raises((TypeError, ValueError), match="world_size"):
-        true_ddp_numbers(10, bad, 2)
+def asks_for_the_current_device(fn, devices, clock=time.perf_counter):
+    torch.cuda.current_device()  # a CUDA call, but not a synchronize: the check does not guess a cause
+    return right_cuda_loops(fn, devices, clock)
 
 
-# --- Exercise 2 · Fix the sampler setup -------------------------------------------------------------
-
-def right_new_sampler_each_epoch(n_samples, world_size, rank, epochs, seed):
-    """The sampler shuffles with seed + epoch: a new sampler seeded seed + e is the same order."""
-    return [list(DistributedSampler(range(n_samples), world_size, rank, shuffle=True, seed=seed + e))
-            for e in range(epochs)]
+EX1 = "Exercise 1 · Fix this timing code: not yet. "
+NO_GPU = "calling time_on_devices(fn, [cpu], clock) on a machine without a GPU raised RuntimeError: "
 
 
-def right_by_hand(n_samples, world_size, rank, epochs, seed):
-    per_rank = math.ceil(n_samples / world_size)
-    out = []
-    for e in range(epochs):
-        order = torch.randperm(n_samples, generator=torch.Generator().manual_seed(seed + e)).tolist()
-        order += order[: per_rank * world_size - n_samples]  # pad with the start of the shuffled list
-        out.append(order[rank::world_size])
-    return out
+def test_fixed_timer_on_a_machine_without_a_gpu_names_the_cause_it_saw():
+    assert outcome(check_fixed_timer, bare_sync_always) == ("failed", EX1 + NO_GPU + (
+        "synchronize called, but this (fake) machine has no cuda device. Likely cause: it called synchronize on a "
+        "machine without a GPU: with devices=[cpu] there is nothing to wait for; synchronize only the CUDA devices "
+        "in devices."))
+    assert outcome(check_fixed_timer, asks_for_the_current_device) == ("failed", EX1 + NO_GPU + (
+        "current device asked for, but this (fake) machine has no cuda device."))
 
 
-def right_tuples_and_keywords(n_samples, world_size, rank, epochs, seed):
-    sampler = DistributedSampler(dataset=list(range(n_samples)), num_replicas=world_size, rank=rank, seed=seed)
-    shards = []
-    for e in range(epochs):
-        sampler.set_epoch(e)
-        shards.append(tuple(iter(sampler)))
-    return shards
+def test_fixed_timer_stub_and_crash():
+    def stub(fn, devices, clock=time.perf_counter):
+        raise NotImplementedError("your code here")
+
+    assert outcome(check_fixed_timer, stub) == ("not attempted", "")
+
+    def typo(fn, devices, clock=time.perf_counter):
+        return clock() - strat  # noqa: F821
+
+    verdict, message = outcome(check_fixed_timer, typo)
+    assert verdict == "failed" and "raised NameError" in message
+    assert "skip the CPU" not in message  # that hint only where a CUDA call was handed the CPU
 
 
-@pytest.mark.parametrize("right", [right_new_sampler_each_epoch, right_by_hand, right_tuples_and_keywords])
-def test_epoch_shards_accepts(right):
-    assert outcome(check_epoch_shards, right) == ("passed", "")
+def test_the_fake_gpus_leave_torch_as_they_were():
+    def patched():
+        return (torch.cuda.synchronize, torch.accelerator.synchronize, torch.cuda.is_available,
+                torch.cuda.device_count, torch.cuda.set_device, torch.cuda.current_device, torch.cuda._exchange_device,
+                torch.cuda._maybe_exchange_device, torch.cuda._get_device_index, torch.accelerator._get_device_index,
+                torch._C._accelerator_exchangeDevice, torch._C._accelerator_getDeviceIndex)
+
+    before = patched()
+    assert outcome(check_fixed_timer, naive)[0] == "failed"
+    assert outcome(check_fixed_timer, right_cuda_loops)[0] == "passed"
+    assert outcome(check_fixed_timer, right_set_device)[0] == "passed"
+    assert outcome(check_fixed_timer, device_context_with_the_cpu)[0] == "failed"
+    assert patched() == before
 
 
-def sampler_for(n_samples, world_size, rank, seed, **kwargs):
-    return DistributedSampler(range(n_samples), num_replicas=world_size, rank=rank, shuffle=True, seed=seed, **kwargs)
+# --- Exercise 2 · Which rows can you trust? ---------------------------------------------------------
+
+TRUTH = {"A": "warm-up", "B": "launch", "C": "ok", "D": "current-device", "E": "ok", "F": "earlier-work"}
 
 
-def no_set_epoch(n_samples, world_size, rank, epochs, seed):
-    sampler = sampler_for(n_samples, world_size, rank, seed)
-    return [list(sampler) for _ in range(epochs)]
-
-
-def seed_per_rank(n_samples, world_size, rank, epochs, seed):
-    return right_new_sampler_each_epoch(n_samples, world_size, rank, epochs, seed + 100 * rank)
-
-
-def epoch_per_rank(n_samples, world_size, rank, epochs, seed):
-    sampler = sampler_for(n_samples, world_size, rank, seed)
-    out = []
-    for e in range(epochs):
-        sampler.set_epoch(e + rank)
-        out.append(list(sampler))
-    return out
-
-
-def no_shuffle(n_samples, world_size, rank, epochs, seed):
-    sampler = DistributedSampler(range(n_samples), num_replicas=world_size, rank=rank, shuffle=False)
-    out = []
-    for e in range(epochs):
-        sampler.set_epoch(e)
-        out.append(list(sampler))
-    return out
-
-
-def drop_last(n_samples, world_size, rank, epochs, seed):
-    sampler = sampler_for(n_samples, world_size, rank, seed, drop_last=True)
-    out = []
-    for e in range(epochs):
-        sampler.set_epoch(e)
-        out.append(list(sampler))
-    return out
-
-
-def by_hand_without_padding(n_samples, world_size, rank, epochs, seed):
-    return [torch.randperm(n_samples, generator=torch.Generator().manual_seed(seed + e)).tolist()[rank::world_size]
-            for e in range(epochs)]
-
-
-def ignores_the_seed(n_samples, world_size, rank, epochs, seed):
-    return right_new_sampler_each_epoch(n_samples, world_size, rank, epochs, 1234)
-
-
-def no_process_group(n_samples, world_size, rank, epochs, seed):
-    sampler = DistributedSampler(range(n_samples), shuffle=True, seed=seed)  # needs an initialized group
-    return [list(sampler) for _ in range(epochs)]
-
-
-def returns_the_sampler(n_samples, world_size, rank, epochs, seed):
-    sampler = sampler_for(n_samples, world_size, rank, seed)
-    out = []
-    for e in range(epochs):
-        sampler.set_epoch(e)
-        out.append(sampler)
-    return out
-
-
-def batches_of_tensors(n_samples, world_size, rank, epochs, seed):  # a DataLoader's batches hold tensors
-    sampler = sampler_for(n_samples, world_size, rank, seed)
-    loader = DataLoader(range(n_samples), batch_size=2, sampler=sampler)
-    out = []
-    for e in range(epochs):
-        sampler.set_epoch(e)
-        out.append([i for batch in loader for i in batch])
-    return out
-
-
-def ignores_the_rank(n_samples, world_size, rank, epochs, seed):  # every rank builds rank 0's sampler
-    return right_tuples_and_keywords(n_samples, world_size, 0, epochs, seed)
-
-
-def both_bugs(n_samples, world_size, rank, epochs, seed):
-    return no_set_epoch(n_samples, world_size, rank, epochs, seed + rank)
+def with_changes(should_be=30.0, **changes):
+    return lambda: ({**TRUTH, **changes}, should_be)
 
 
 @pytest.mark.parametrize(
-    ("wrong", "hint"),
+    "answer",
     [
-        (no_set_epoch, "call sampler.set_epoch(epoch)"),
-        (seed_per_rank, "the same seed and the same epoch number"),
-        (epoch_per_rank, "the same seed and the same epoch number"),
-        (no_shuffle, "shuffle (shuffle=True)"),
-        (drop_last, "keep drop_last=False"),
-        (by_hand_without_padding, "pads uneven data by repeating the first indices"),
-        (ignores_the_seed, "use the sampler, its seed and its epoch numbers"),
-        (no_process_group, "give DistributedSampler num_replicas=world_size and rank=rank"),
-        (returns_the_sampler, "got list of DistributedSampler"),
-        (batches_of_tensors, "got list of list of Tensor"),
-        (both_bugs, "the same seed"),
-        (ignores_the_rank, "12 samples on 3 ranks, epoch 0: every rank got the same indices, [8, 9, 2, 1], so the "
-                           "ranks all train on one shard. The rank was not used: pass rank=rank"),
+        lambda: (dict(reversed(list(TRUTH.items()))), 30),  # another order, an int
+        lambda: ({row: TRUTH[row] for row in "FEDCBA"}, 31.5),
+        lambda: (dict(TRUTH), REPORT["C"][1] * 3 / 4),  # three chunks of the one-GPU step
     ],
 )
-def test_epoch_shards_rejects(wrong, hint):
-    verdict, message = outcome(check_epoch_shards, wrong)
-    assert verdict == "failed" and hint in message, message
-
-
-def test_true_shards_are_padded_on_the_last_ranks_and_change_every_epoch():
-    shards = [true_epoch_shards(10, 4, rank, 2, 0) for rank in range(4)]
-    order = torch.randperm(10, generator=torch.Generator().manual_seed(0)).tolist()
-    assert [s[0] for s in shards] == [(order + order[:2])[r::4] for r in range(4)]
-    assert shards[0][0] != shards[0][1]
-
-
-# --- Exercise 3 · Accumulate without an all-reduce per micro-batch --------------------------------
-
-def right_split_loop(ddp, optimizer, loss_fn, micro_batches):
-    optimizer.zero_grad()
-    *early, last = micro_batches
-    with ddp.no_sync():
-        for x, y in early:
-            (loss_fn(ddp(x), y) / len(micro_batches)).backward()
-    x, y = last
-    (loss_fn(ddp(x), y) / len(micro_batches)).backward()
-    optimizer.step()
-
-
-def right_forward_inside_backward_outside(ddp, optimizer, loss_fn, micro_batches):
-    """DDP only looks at the forward: a backward outside no_sync() of a forward inside it stays local."""
-    optimizer.zero_grad(set_to_none=False)
-    k = len(micro_batches)
-    for i, (x, y) in enumerate(micro_batches):
-        with ddp.no_sync() if i < k - 1 else contextlib.nullcontext():
-            loss = loss_fn(ddp(x), y) * (1 / k)
-        loss.backward()
-    optimizer.step()
-
-
-def right_scale_the_gradients(ddp, optimizer, loss_fn, micro_batches):
-    """Dividing the accumulated gradients by K before the step is the same as dividing each loss."""
-    optimizer.zero_grad()
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(ddp.no_sync())
-        for x, y in micro_batches[:-1]:
-            loss_fn(ddp(x), y).backward()
-    loss_fn(ddp(micro_batches[-1][0]), micro_batches[-1][1]).backward()
-    for p in ddp.parameters():
-        p.grad /= len(micro_batches)
-    optimizer.step()
-
-
-def right_nanogpt_flag(ddp, optimizer, loss_fn, micro_batches):
-    """nanoGPT's loop: set the flag that no_sync() toggles, so that only the last forward syncs."""
-    optimizer.zero_grad()
-    k = len(micro_batches)
-    for i, (x, y) in enumerate(micro_batches):
-        ddp.require_backward_grad_sync = i == k - 1
-        (loss_fn(ddp(x), y) / k).backward()
-    optimizer.step()
-
-
-def right_module_forward_for_early(ddp, optimizer, loss_fn, micro_batches):
-    """Bypassing the wrapper for the first K-1 forwards also accumulates locally under real DDP (2 gloo ranks:
-    one all-reduce, the exact mean gradient)."""
-    optimizer.zero_grad()
-    k = len(micro_batches)
-    for i, (x, y) in enumerate(micro_batches):
-        net = ddp if i == k - 1 else ddp.module
-        (loss_fn(net(x), y) / k).backward()
-    optimizer.step()
-
-
-@pytest.mark.parametrize("right", [right_split_loop, right_forward_inside_backward_outside, right_scale_the_gradients,
-                                   right_nanogpt_flag, right_module_forward_for_early])
-def test_accumulate_step_accepts(right):
-    assert outcome(check_accumulate_step, right) == ("passed", "")
-
-
-def no_sync_around_the_backward_only(ddp, optimizer, loss_fn, micro_batches):
-    optimizer.zero_grad()
-    k = len(micro_batches)
-    for i, (x, y) in enumerate(micro_batches):
-        loss = loss_fn(ddp(x), y) / k
-        with ddp.no_sync() if i < k - 1 else contextlib.nullcontext():
-            loss.backward()
-    optimizer.step()
-
-
-def everything_in_no_sync(ddp, optimizer, loss_fn, micro_batches):
-    optimizer.zero_grad()
-    with ddp.no_sync():
-        for x, y in micro_batches:
-            (loss_fn(ddp(x), y) / len(micro_batches)).backward()
-    optimizer.step()
-
-
-def no_no_sync(ddp, optimizer, loss_fn, micro_batches):
-    optimizer.zero_grad()
-    for x, y in micro_batches:
-        (loss_fn(ddp(x), y) / len(micro_batches)).backward()
-    optimizer.step()
-
-
-def sync_first(ddp, optimizer, loss_fn, micro_batches):
-    optimizer.zero_grad()
-    k = len(micro_batches)
-    for i, (x, y) in enumerate(micro_batches):
-        with ddp.no_sync() if i > 0 else contextlib.nullcontext():
-            (loss_fn(ddp(x), y) / k).backward()
-    optimizer.step()
-
-
-def loss_not_divided(ddp, optimizer, loss_fn, micro_batches):
-    optimizer.zero_grad()
-    k = len(micro_batches)
-    for i, (x, y) in enumerate(micro_batches):
-        with ddp.no_sync() if i < k - 1 else contextlib.nullcontext():
-            loss_fn(ddp(x), y).backward()
-    optimizer.step()
-
-
-def step_every_micro_batch(ddp, optimizer, loss_fn, micro_batches):
-    optimizer.zero_grad()
-    k = len(micro_batches)
-    for i, (x, y) in enumerate(micro_batches):
-        with ddp.no_sync() if i < k - 1 else contextlib.nullcontext():
-            (loss_fn(ddp(x), y) / k).backward()
-        optimizer.step()
-
-
-def zero_grad_in_the_loop(ddp, optimizer, loss_fn, micro_batches):
-    k = len(micro_batches)
-    for i, (x, y) in enumerate(micro_batches):
-        optimizer.zero_grad()
-        with ddp.no_sync() if i < k - 1 else contextlib.nullcontext():
-            (loss_fn(ddp(x), y) / k).backward()
-    optimizer.step()
-
-
-def never_zeroes(ddp, optimizer, loss_fn, micro_batches):
-    k = len(micro_batches)
-    for i, (x, y) in enumerate(micro_batches):
-        with ddp.no_sync() if i < k - 1 else contextlib.nullcontext():
-            (loss_fn(ddp(x), y) / k).backward()
-    optimizer.step()
-    optimizer.zero_grad()  # afterwards: too late for the leftovers this step started with
-
-
-def bypasses_ddp(ddp, optimizer, loss_fn, micro_batches):
-    optimizer.zero_grad()
-    for x, y in micro_batches:
-        (loss_fn(ddp.module(x), y) / len(micro_batches)).backward()
-    optimizer.step()
-
-
-def module_for_the_last(ddp, optimizer, loss_fn, micro_batches):
-    optimizer.zero_grad()
-    k = len(micro_batches)
-    for i, (x, y) in enumerate(micro_batches):
-        with ddp.no_sync() if i < k - 1 else contextlib.nullcontext():
-            net = ddp.module if i == k - 1 else ddp
-            (loss_fn(net(x), y) / k).backward()
-    optimizer.step()
-
-
-def flag_set_after_the_forward(ddp, optimizer, loss_fn, micro_batches):
-    """nanoGPT's flag, but set between forward and backward: DDP has already read it."""
-    optimizer.zero_grad()
-    k = len(micro_batches)
-    for i, (x, y) in enumerate(micro_batches):
-        loss = loss_fn(ddp(x), y) / k
-        ddp.require_backward_grad_sync = i == k - 1
-        loss.backward()
-    optimizer.step()
-
-
-def one_backward_at_the_end(ddp, optimizer, loss_fn, micro_batches):
-    optimizer.zero_grad()
-    k = len(micro_batches)
-    total = 0
-    for i, (x, y) in enumerate(micro_batches):
-        with ddp.no_sync() if i < k - 1 else contextlib.nullcontext():
-            total = total + loss_fn(ddp(x), y) / k
-    total.backward()
-    optimizer.step()
-
-
-def no_sync_called_not_entered(ddp, optimizer, loss_fn, micro_batches):
-    optimizer.zero_grad()
-    for x, y in micro_batches[:-1]:
-        ddp.no_sync()  # creates the context manager and drops it
-        (loss_fn(ddp(x), y) / len(micro_batches)).backward()
-    (loss_fn(ddp(micro_batches[-1][0]), micro_batches[-1][1]) / len(micro_batches)).backward()
-    optimizer.step()
-
-
-def loss_on_a_tuple(ddp, optimizer, loss_fn, micro_batches):
-    optimizer.zero_grad()
-    with ddp.no_sync():
-        for batch in micro_batches[:-1]:
-            loss_fn(ddp(batch), batch).backward()
-    optimizer.step()
-
-
-def hard_coded_mse(ddp, optimizer, loss_fn, micro_batches):  # right for nn.MSELoss() only
-    optimizer.zero_grad()
-    k = len(micro_batches)
-    for i, (x, y) in enumerate(micro_batches):
-        with ddp.no_sync() if i < k - 1 else contextlib.nullcontext():
-            (nn.functional.mse_loss(ddp(x), y) / k).backward()
-    optimizer.step()
+def test_report_accepts(answer):
+    assert outcome(check_report, answer) == ("passed", "")
 
 
 @pytest.mark.parametrize(
-    ("wrong", "hint"),
+    ("answer", "hint"),
     [
-        (hard_coded_mse, "loss_fn was L1Loss(), and the step used the gradient of a mean squared error instead"),
-        (no_sync_around_the_backward_only, "entering no_sync() only around the backward is too late"),
-        (everything_in_no_sync, "the last micro-batch ran inside no_sync()"),
-        (no_no_sync, "run the forward of each of the first K-1 micro-batches inside"),
-        (sync_first, "a micro-batch before the last set up the all-reduce, and the last ran inside"),
-        (loss_not_divided, "the step used 3 times the mean gradient"),
-        (step_every_micro_batch, "call optimizer.step() exactly once"),
-        (zero_grad_in_the_loop, "only the last micro-batch's gradient reached the step"),
-        (never_zeroes, "Start with optimizer.zero_grad()"),
-        (bypasses_ddp, "call ddp(x), not ddp.module(x)"),
-        (module_for_the_last, "the last micro-batch's forward bypassed the wrapper"),
-        (flag_set_after_the_forward, "a micro-batch before the last set up the all-reduce, and the last ran inside"),
-        (one_backward_at_the_end, "run each micro-batch's backward right after its forward"),
-        (no_sync_called_not_entered, "run the forward of each of the first K-1 micro-batches inside"),
-        (loss_on_a_tuple, "Likely cause: call ddp(x) for the forward"),
+        (with_changes(D="ok"), "Which device does torch.cuda.synchronize() without an argument wait for?"),
+        (with_changes(D="launch"), "D did wait for something"),
+        (with_changes(D="warm-up"), "a one-time cost would make D larger"),
+        (with_changes(D="earlier-work"), "earlier work would make D larger"),
+        (with_changes(A="ok"), "A is the first call ever"),
+        (with_changes(A="current-device"), "what makes it slow: the first call ever"),
+        (with_changes(B="ok"), "B never synchronized"),
+        (with_changes(C="warm-up"), "C follows every rule"),
+        (with_changes(E="current-device"), "E is consistent"),
+        (with_changes(F="ok"), "what was still queued on cuda:1 when the clock started?"),
+        (with_changes(F="current-device"), "the extra 50 ms come from before it"),
+        (with_changes(D="impossible-speed-up"), "is not one of the REASONS"),
+        (with_changes(A=["warm-up"]), "row A: give one key of REASONS, a string such as 'ok', not a list"),
+        (with_changes(should_be=40.3), "the step ends when the busier one finishes"),
+        (with_changes(should_be=20.4), "the step ends when the busier one finishes"),
+        (with_changes(should_be=10.2), "the step ends when the busier one finishes"),
+        (with_changes(should_be="30"), "should_be_ms must be a number"),
+        (lambda: ({"D": "current-device"}, 30.0), "give a verdict for every row"),
+        (lambda: ("D", "current-device", 30.0), "return a tuple (verdicts, should_be_ms)"),
+        (lambda: ([("D", "current-device")], 30.0), "verdicts must be a dict"),
     ],
 )
-def test_accumulate_step_rejects(wrong, hint):
-    verdict, message = outcome(check_accumulate_step, wrong)
+def test_report_rejects(answer, hint):
+    verdict, message = outcome(check_report, answer)
     assert verdict == "failed" and hint in message, message
 
 
-def test_the_stand_in_records_what_ddp_decides_in_forward():
-    log: list = []
-    ddp = RecordingDDP(nn.Linear(2, 1), log)
-    with ddp.no_sync():
-        inside = ddp(torch.ones(1, 2))
-    outside = ddp(torch.ones(1, 2))
-    with torch.no_grad():
-        ddp(torch.ones(1, 2))
-    (inside.sum() + outside.sum()).backward()
-    assert log[:3] == [("forward", False), ("forward", True), ("forward", False)]
-    assert sorted(log[3:]) == [("backward", False), ("backward", True)]
-    # Like DDP's no_sync(), it toggles the public flag that forward reads, and restores it.
-    assert ddp.require_backward_grad_sync is True
-    ddp.require_backward_grad_sync = False
-    with ddp.no_sync():
-        pass
-    assert ddp.require_backward_grad_sync is False
-    ddp(torch.ones(1, 2))
-    ddp.require_backward_grad_sync = True
-    ddp.module(torch.ones(1, 2))  # bypasses the wrapper: never synced
-    assert log[5:] == [("forward", False), ("forward", False)]
-    assert ddp.via_wrapper == [True, True, True, True, False]
-    del log[5:]
-    optimizer = RecordingSGD(ddp.parameters(), 0.5, log)
-    before = ddp.module.bias.detach().clone()
-    optimizer.step()
-    assert torch.allclose(ddp.module.bias, before - 0.5 * optimizer.stepped_with[0][1])
+def test_report_is_consistent_with_its_story():
+    chunk_ms = REPORT["C"][1] / 4
+    assert REPORT["E"][1] == pytest.approx(2 * chunk_ms, rel=0.05)
+    assert REPORT["D"][1] == pytest.approx(chunk_ms, rel=0.05)  # what cuda:0 alone needs
+    assert REPORT["F"][1] == pytest.approx(50 + 2 * chunk_ms, rel=0.05)  # the earlier copy, then the step
+    assert REPORT["B"][1] < REPORT["D"][1] / 10
+    assert set(TRUTH.values()) <= set(REASONS) and set(TRUTH) == set(REPORT)
 
 
-def test_rejection_shows_the_hint():
-    assert "too late" in rejection(check_accumulate_step, no_sync_around_the_backward_only)
+def test_report_has_one_synchronised_row_below_its_step():
+    """The task asks about the one row that synchronized yet reports less than its step takes: D, not B."""
+    busiest_gpu_chunks = {"A": 4, "B": 4, "C": 4, "D": 3, "E": 2, "F": 2}  # the step's time, in 10 ms chunks
+    below = [row for row, (how, ms) in REPORT.items() if ms < 10 * busiest_gpu_chunks[row]]
+    assert below == ["B", "D"] and "no synchronization" in REPORT["B"][0]
+    assert "synchronize() before and after" in REPORT["D"][0]
+
+
+# --- Exercise 3 · A masked mean without a hidden synchronization --------------------------------------
+
+def right_clamped(x, mask):
+    return (x * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1)
+
+
+def right_nan_to_num(x, mask):
+    return torch.nan_to_num((x * mask).sum(-1) / mask.sum(-1))
+
+
+def right_masked_fill(x, mask):
+    return x.masked_fill(~mask, 0).sum(-1).div(mask.sum(-1).clamp(min=1))
+
+
+def right_row_loop_without_indexing(x, mask):
+    return torch.stack([torch.where(m, r, 0.0).sum() / m.sum().clamp(min=1) for r, m in zip(x, mask, strict=True)])
+
+
+@pytest.mark.parametrize("answer", [right_clamped, right_nan_to_num, right_masked_fill,
+                                    right_row_loop_without_indexing])
+def test_masked_mean_accepts(answer):
+    assert outcome(check_masked_mean, answer) == ("passed", "")
+    assert outcome(check_masked_mean, answer, torch.device("cpu")) == ("passed", "")
+
+
+def boolean_index_mean(x, mask):
+    return x[mask].mean()
+
+
+def row_loop_with_indexing(x, mask):
+    return torch.stack([r[m].mean() for r, m in zip(x, mask, strict=True)])
+
+
+def row_loop_with_indexing_nan_fixed(x, mask):
+    return torch.stack([r[m].mean() for r, m in zip(x, mask, strict=True)]).nan_to_num()
+
+
+def divides_by_zero(x, mask):
+    return (x * mask).sum(-1) / mask.sum(-1)
+
+
+def divides_by_the_length(x, mask):
+    return (x * mask).mean(-1)
+
+
+def checks_for_empty_rows_with_if(x, mask):
+    counts = mask.sum(-1)
+    if (counts == 0).any():  # bool() of a tensor: the host needs the value
+        counts = counts.clamp(min=1)
+    return (x * mask).sum(-1) / counts
+
+
+def with_item(x, mask):
+    return torch.stack([(r * m).sum() / max(m.sum().item(), 1) for r, m in zip(x, mask, strict=True)])
+
+
+def with_masked_select(x, mask):
+    return torch.stack([torch.masked_select(r, m).sum() / m.sum().clamp(min=1) for r, m in zip(x, mask, strict=True)])
+
+
+def with_nonzero(x, mask):
+    out = []
+    for r, m in zip(x, mask, strict=True):
+        idx = torch.nonzero(m).flatten()
+        out.append(r[idx].sum() / m.sum().clamp(min=1))
+    return torch.stack(out)
+
+
+def output_on_the_default_device(x, mask):
+    out = torch.zeros(x.shape[0])
+    out += (x * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+    return out
+
+
+def moves_to_the_cpu(x, mask):
+    return ((x * mask).sum(-1) / mask.sum(-1).clamp(min=1)).cpu()
+
+
+def one_mean_for_all(x, mask):
+    return torch.where(mask, x, 0).sum() / mask.sum().clamp(min=1)
+
+
+def in_place(x, mask):
+    return x.masked_fill_(~mask, 0).sum(-1) / mask.sum(-1).clamp(min=1)
+
+
+def integer_division(x, mask):
+    return (x * mask).sum(-1) // mask.sum(-1).clamp(min=1)
+
+
+def returns_a_list(x, mask):
+    return ((x * mask).sum(-1) / mask.sum(-1).clamp(min=1)).tolist()
+
+
+def keepdim_then_squeeze(x, mask):
+    """Right for a batch of several rows; squeeze() also drops the batch dim of a batch of one."""
+    return (torch.where(mask, x, 0).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1)).squeeze()
+
+
+def four_rows_written_in(x, mask):
+    """The example's batch size as a literal."""
+    out = x.new_zeros(4)
+    return out + torch.where(mask, x, 0).sum(-1) / mask.sum(-1).clamp(min=1)
+
+
+def five_columns_written_in(x, mask):
+    """Counts the True entries as 5 minus the False ones: the example's row length as a literal."""
+    return torch.where(mask, x, 0).sum(-1) / (5 - (~mask).sum(-1)).clamp(min=1)
+
+
+def inverts_the_mask_in_place(x, mask):
+    counts = mask.sum(-1).clamp(min=1)
+    return x.masked_fill(mask.logical_not_(), 0).sum(-1) / counts
+
+
+HOST = "which needs the values on the host. On a GPU the host then waits for the device: a hidden synchronization. " \
+       "Keep every shape fixed and every value on the device: torch.where(mask, x, 0) or x * mask, then sums."
+EX3 = "Exercise 3 · A masked mean without a hidden synchronization: not yet. "
+@pytest.mark.parametrize(
+    ("wrong", "hint"),
+    [
+        (boolean_index_mean, "x has shape (4, 5) and the result (): one number for the whole batch: reduce over "
+                             "the last dim only"),
+        (row_loop_with_indexing, "row 1 of the (4, 5) batch has no True entry and its mean came out nan (0 / 0): "
+                                 "divide by the count clamped to at least 1, or use torch.where, so such a row "
+                                 "gives 0"),
+        (row_loop_with_indexing_nan_fixed, f"it calls x[mask] (boolean mask), {HOST}"),
+        (divides_by_zero, "row 1 of the (4, 5) batch has no True entry and its mean came out nan (0 / 0): divide "
+                          "by the count clamped to at least 1, or use torch.where, so such a row gives 0"),
+        (divides_by_the_length, "in the (4, 5) batch it divides every row by its length (5): divide by the number "
+                                "of True entries in the row instead"),
+        (checks_for_empty_rows_with_if, f"it calls bool(tensor) / if tensor, {HOST}"),
+        (with_item, f"it calls .item(), {HOST}"),
+        (with_masked_select, f"it calls torch.masked_select, {HOST}"),
+        (with_nonzero, f"it calls torch.nonzero, {HOST}"),
+        (output_on_the_default_device, "it creates a tensor with torch.zeros and no device=: that lands on the "
+                                       "default device (the CPU), not on x's device. Pass device=x.device, or build "
+                                       "it from x (torch.zeros_like, x.new_zeros)"),
+        (moves_to_the_cpu, f"it calls .cpu() / .to('cpu'), {HOST}"),
+        (one_mean_for_all, "x has shape (4, 5) and the result (): one number for the whole batch: reduce over the "
+                           "last dim only"),
+        (in_place, "masked_mean changed x in place: compute a new tensor and leave the inputs as they were"),
+        (inverts_the_mask_in_place, "masked_mean changed mask in place: compute a new tensor and leave the inputs "
+                                    "as they were"),
+        (integer_division, "row 2 of the (4, 5) batch should have mean 0.1, got 0"),
+        (returns_a_list, "return a tensor, got list"),
+        (keepdim_then_squeeze, "x has shape (1, 3) and the result (): the batch dim is gone: a batch of one row "
+                               "still needs a result of shape (1,)"),
+        (four_rows_written_in, "x has shape (1, 3) and the result (4,): one mean per row, shape (1,)"),
+        (five_columns_written_in, "row 0 of the (1, 3) batch should have mean 3.25, got 1.625"),
+    ],
+)
+def test_masked_mean_rejects(wrong, hint):
+    assert outcome(check_masked_mean, wrong) == ("failed", EX3 + hint)
+
+
+def test_masked_mean_hints_quote_no_torch_message():
+    """The hints a notebook prints name the exception type, not torch's wording (it changes between releases)."""
+    for wrong in (row_loop_with_indexing_nan_fixed, with_item, with_nonzero):
+        message = rejection(check_masked_mean, wrong)
+        assert "Error" not in message, message
+
+
+def test_masked_mean_stub():
+    def stub(x, mask):
+        raise NotImplementedError("your code here")
+
+    assert outcome(check_masked_mean, stub) == ("not attempted", "")
+
+
+# On a CUDA device the check also runs the answer under torch.cuda.set_sync_debug_mode("error"). Played here on the
+# CPU: the inputs stay on the CPU, and a stand-in for the debug mode raises as torch does on the calls it covers.
+
+class FakeSyncErrors(TorchFunctionMode):
+    """Raises torch's sync-debug error on calls that synchronize on a GPU; `cumsum` stands for one that HostReads
+    does not list (the check cannot know every operator)."""
+
+    SYNCS = frozenset({"item", "nonzero", "__bool__", "masked_select", "cumsum"})
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        bool_index = name == "__getitem__" and isinstance(args[1], torch.Tensor) and args[1].dtype == torch.bool
+        if name in self.SYNCS or bool_index:
+            raise RuntimeError("called a synchronizing CUDA operation")
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.fixture
+def fake_cuda_check(monkeypatch):
+    @contextlib.contextmanager
+    def sync_errors(device):
+        assert device.type == "cuda"
+        with FakeSyncErrors():
+            yield
+
+    monkeypatch.setattr(ch09, "_place", lambda tensor, device: tensor.clone())
+    monkeypatch.setattr(ch09, "_sync_errors", sync_errors)
+
+
+def counts_with_cumsum(x, mask):
+    return torch.where(mask, x, 0).sum(-1) / mask.long().cumsum(-1)[..., -1].clamp(min=1)
+
+
+WRONG_MASKED_MEANS = [boolean_index_mean, row_loop_with_indexing, row_loop_with_indexing_nan_fixed, divides_by_zero,
+                      divides_by_the_length, checks_for_empty_rows_with_if, with_item, with_masked_select, with_nonzero,
+                      output_on_the_default_device, moves_to_the_cpu, one_mean_for_all, in_place,
+                      inverts_the_mask_in_place, integer_division, returns_a_list, keepdim_then_squeeze,
+                      four_rows_written_in, five_columns_written_in]
+
+
+def test_masked_mean_verdicts_and_hints_are_the_same_on_cpu_and_cuda(fake_cuda_check):
+    """The notebook prints the hint for the row loop with boolean indexing in a compared cell: a CUDA runner must
+    print the same words as the CPU that recorded it."""
+    on_cpu = [outcome(check_masked_mean, wrong, torch.device("cpu")) for wrong in WRONG_MASKED_MEANS]
+    on_cuda = [outcome(check_masked_mean, wrong, torch.device("cuda")) for wrong in WRONG_MASKED_MEANS]
+    assert on_cpu == on_cuda and all(verdict == "failed" for verdict, _ in on_cuda)
+    assert outcome(check_masked_mean, row_loop_with_indexing_nan_fixed, "cuda") == (
+        "failed", EX3 + f"it calls x[mask] (boolean mask), {HOST}")
+    for right in (right_clamped, right_nan_to_num, right_masked_fill, right_row_loop_without_indexing):
+        assert outcome(check_masked_mean, right, "cuda") == ("passed", "")
+
+
+def test_masked_mean_on_cuda_names_a_synchronization_that_host_reads_does_not_list(fake_cuda_check):
+    assert outcome(check_masked_mean, counts_with_cumsum, "cpu") == ("passed", "")  # nothing to see on a CPU
+    assert outcome(check_masked_mean, counts_with_cumsum, "cuda") == ("failed", EX3 + (
+        "on the GPU, under torch.cuda.set_sync_debug_mode('error'), a call it makes synchronized with the host. "
+        "HostReads listed none of its calls, so which one it was is unknown here; the error said: called a "
+        f"synchronizing CUDA operation. That call {HOST.removeprefix('which ')}"))

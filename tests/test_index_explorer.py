@@ -418,7 +418,7 @@ def _chapter_cells():
 
     from tools.course import BY_NUMBER
 
-    return [c for c in nbformat.read(BY_NUMBER["07"].path, as_version=4).cells if c.cell_type == "code"]
+    return [c for c in nbformat.read(BY_NUMBER["06"].path, as_version=4).cells if c.cell_type == "code"]
 
 
 def _is_widget_cell(cell) -> bool:

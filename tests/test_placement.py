@@ -1,5 +1,5 @@
-"""utils.placement, the helpers of chapter 06: what .to() cannot reach, and the formulas of its GPU memory
-cells, checked on the CPU."""
+"""utils.placement, the helpers of chapters 07 and 08: what .to() cannot reach (chapter 07), and the formulas
+of the GPU memory cells (chapter 08), checked on the CPU."""
 
 from __future__ import annotations
 

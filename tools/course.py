@@ -3,7 +3,7 @@
     python -m tools.course sync [NN ...] # rewrite badges, navigation, Colab setup block, slide
                                          # metadata and the README's chapter table
     python -m tools.course check         # exit 1 if any of those is stale (tests run this)
-    python -m tools.course devices       # compared cells of chapters 01-09 that work on `device`
+    python -m tools.course devices       # compared cells of chapters 01-10 that work on `device`
     python -m tools.course execute [NN ...]
                                          # re-run notebooks and save their outputs (the reference)
     python -m tools.course slides [NN ...] [--lang zh-Hans|zh-Hant]
@@ -59,10 +59,11 @@ CHAPTERS = (
     Chapter("03", "03_parameter_tying.ipynb", "Parameter tying", ("02",)),
     Chapter("04", "04_custom_layers.ipynb", "Custom layers", ("02",)),
     Chapter("05", "05_saving_and_loading.ipynb", "Saving and loading", ("02", "04")),
-    Chapter("06", "06_gpu_placement.ipynb", "GPU placement and device pitfalls", ("01", "02")),
-    Chapter("07", "07_gather_and_scatter.ipynb", "Gather and scatter", ("01",)),
-    Chapter("08", "08_multi_gpu_timing.ipynb", "Timing on several devices", ("06",)),
-    Chapter("09", "09_data_parallel_training.ipynb", "Data-parallel training with torchrun", ("05", "08")),
+    Chapter("06", "06_gather_and_scatter.ipynb", "Gather and scatter", ("01",)),
+    Chapter("07", "07_gpu_placement.ipynb", "GPU placement and device pitfalls", ("01", "02")),
+    Chapter("08", "08_operating_a_gpu.ipynb", "Operating a GPU", ("07",)),
+    Chapter("09", "09_multi_gpu_timing.ipynb", "Timing on several devices", ("07",)),
+    Chapter("10", "10_data_parallel_training.ipynb", "Data-parallel training with torchrun", ("05", "09")),
 )
 BY_NUMBER = {c.number: c for c in CHAPTERS}
 
@@ -516,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
     sync_ = sub.add_parser("sync", help="rewrite the generated parts of notebooks and README")
     sync_.add_argument("numbers", nargs="*", help="only these chapters, such as 01 02 (default: all and README)")
     sub.add_parser("check", help="exit 1 if a generated part is stale")
-    sub.add_parser("devices", help="count the compared cells of chapters 01-09 that work on `device`")
+    sub.add_parser("devices", help="count the compared cells of chapters 01-10 that work on `device`")
     run = sub.add_parser("execute", help="re-run notebooks without CUDA GPUs and save their outputs")
     run.add_argument("numbers", nargs="*", help="chapter numbers such as 01 02 (default: all)")
     deck = sub.add_parser("slides", help="write self-contained lecture decks into slides/ (tools/slides.py)")

@@ -1,7 +1,7 @@
 """Argument checks shared by every helper: a bad input gets an error that names the argument.
 
-Used by all of ``utils`` (and so by every chapter): devices and the fake GPUs, timing (chapter 08),
-checkpoints (chapters 05 and 09), the explorers (chapters 02 and 07), the doctor (chapter 06) and the
+Used by all of ``utils`` (and so by every chapter): devices and the fake GPUs, timing (chapter 09),
+checkpoints (chapters 05 and 10), the explorers (chapters 02 and 06), the doctor (chapter 08) and the
 exercise checks. ``bool`` is refused wherever a number is expected although it subclasses ``int``:
 ``True`` is not a count, an index or a duration.
 """

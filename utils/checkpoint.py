@@ -25,7 +25,7 @@ Three functions, one error type:
     the keys that match and returns the ones that did not.
 
 Nothing here initializes CUDA; pass ``map_location`` to load GPU checkpoints on a CPU-only machine.
-Used by chapter 05 (saving and loading) and chapter 09's training program (``utils.ddp_train``).
+Used by chapter 05 (saving and loading) and chapter 10's training program (``utils.ddp_train``).
 """
 
 from __future__ import annotations

@@ -131,7 +131,7 @@ def default_device_elsewhere(device: str = "meta") -> Iterator[None]:
     tensor to the data it indexes (``x[idx]``, ``x[idx] = v``, ``index_put_``), an index made on ``device``
     is moved to the CPU input it indexes: out of ``meta`` that raises ``NotImplementedError`` ("Cannot copy
     out of meta tensor"; the call works on a GPU, but there are no values to compute with), where torch
-    itself would read the meta index as if it held numbers. Used by chapter 07.
+    itself would read the meta index as if it held numbers. Used by chapter 06.
     """
     import torch
     from torch.overrides import TorchFunctionMode

@@ -1,4 +1,4 @@
-"""Train a small regression model with DistributedDataParallel (chapter 09's training program).
+"""Train a small regression model with DistributedDataParallel (chapter 10's training program).
 
 The module is installed with the course's helpers, so it runs from any folder. Launch one process per
 device with torchrun, whose ``-m`` runs a module as ``python -m`` does (``python -m torch.distributed.run``
@@ -9,7 +9,7 @@ is torchrun with the same interpreter)::
 
 ``--standalone`` starts a local rendezvous on a free port, so several runs on one machine never
 collide. On several machines, run the same command on each with ``--nnodes=N --rdzv-backend=c10d
---rdzv-endpoint=HOST:PORT --rdzv-id=JOB`` instead (chapter 09, section 4). Without a launcher the
+--rdzv-endpoint=HOST:PORT --rdzv-id=JOB`` instead (chapter 10, section 4). Without a launcher the
 module runs as a single process (``python -m utils.ddp_train ...``). Nothing imports it for you:
 ``import utils`` leaves it alone until you ask for ``utils.ddp_train``.
 
@@ -37,7 +37,7 @@ processes, so a run with P processes, ``--batch-size B`` and ``--accumulate K`` 
 process with batch P*B*K, up to floating-point rounding, when P divides the number of samples (otherwise
 the sampler repeats a few samples to give every process as many).
 
-``--sync-demo`` adds, after training, chapter 09's demonstration of what DDP synchronizes besides
+``--sync-demo`` adds, after training, chapter 10's demonstration of what DDP synchronizes besides
 gradients (parameters when it wraps a model, buffers before each forward) and of ``SyncBatchNorm``
 on this backend. It trains nothing; its findings go to the JSON result under ``"sync_demo"``.
 """
@@ -68,7 +68,7 @@ N_HIDDEN = 8
 LOG = logging.getLogger("ddp_train")
 #: The environment torchrun gives each process, as recorded in the result (``None`` when unset).
 IDENTITY_VARS = ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE",
-                 "MASTER_ADDR", "CUDA_VISIBLE_DEVICES")
+                 "MASTER_ADDR", "CUDA_VISIBLE_DEVICES", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
 
 
 def positive_int(text: str) -> int:
@@ -112,7 +112,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="process-group backend (default: nccl if each process has a GPU, else gloo)")
     parser.add_argument("--no-progress", action="store_true", help="never show the progress bar")
     parser.add_argument("--sync-demo", action="store_true",
-                        help="after training, record what DDP synchronizes besides gradients (chapter 09)")
+                        help="after training, record what DDP synchronizes besides gradients (chapter 10)")
     args = parser.parse_args(argv)
     if args.resume and args.checkpoint is None:
         parser.error("--resume needs --checkpoint")

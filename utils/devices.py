@@ -21,7 +21,7 @@ Nothing here initializes CUDA: counting devices goes through ``torch.accelerator
 which reads the driver without creating a context.
 
 Used by every chapter's setup cell (``try_gpu``, ``check_torch_version``), by the GPU-only cells of
-chapters 05, 06, 07, 08 and 09 (``requires``) and by chapters 00, 06 and 08 (``try_all_gpus``).
+chapters 05, 06, 07, 09 and 10 (``requires``) and by chapters 00, 07 and 09 (``try_all_gpus``).
 """
 
 from __future__ import annotations

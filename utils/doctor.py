@@ -16,7 +16,7 @@ names and memory), which is why this module is not imported by ``utils/__init__.
 as GPUs, and which one the course picks, come from :mod:`utils.devices` (``GPU_TYPES``, ``gpu_type``,
 ``num_gpus``, ``try_gpu``), so the doctor and the notebooks cannot disagree.
 
-Used by: chapter 06 (section "Which torch is this?", which runs it in the notebook and feeds it simulated
+Used by: chapter 08 (section "Which torch is this?", which runs it in the notebook and feeds it simulated
 machines) and the course map (chapter 00), which points learners to the command; tested in
 ``tests/test_doctor.py`` on machines simulated with :func:`utils.fake_gpus.fake_gpus`.
 """

@@ -1,7 +1,7 @@
 """A pretend machine with GPUs, on a virtual clock: the one test double for device and timing code.
 
-Used by chapter 06 (section 9 simulates a CUDA, an Apple and an Intel machine to compare
-device-choosing code), by chapter 08's cells (a pretend two-GPU machine, a launch queue) and its
+Used by chapter 07 (section 8 simulates a CUDA, an Apple and an Intel machine to compare
+device-choosing code), by chapter 09's cells (a pretend two-GPU machine, a launch queue) and its
 exercise check (a learner's timer is judged on fake GPUs, so the check needs no hardware and no real
 time), and by the test suite (device helpers, the doctor, the timing helpers).
 

@@ -25,7 +25,7 @@ scatter    ``out = data.scatter(dim, index, src)``      ``data``, which is writt
 For ``gather`` the pairs are ``(position in data, position in out)``; for ``scatter`` they are
 ``(position in src, position in out)``. Both are listed in the row-major order of the index.
 
-Used by chapter 07 (Gather and scatter): its explorer section builds the widget, and the cells after
+Used by chapter 06 (Gather and scatter): its explorer section builds the widget, and the cells after
 it assert on what the callback computes.
 
 Wherever a notebook is not live (GitHub, an HTML export, slides, a notebook opened without running

@@ -1,10 +1,10 @@
-"""Helpers for chapter 06 · GPU placement and device pitfalls.
+"""Helpers for chapter 07 · GPU placement and device pitfalls, and chapter 08 · Operating a GPU.
 
 :func:`strays` lists what ``module.to()`` cannot reach (plain tensor attributes, containers of modules or
 tensors). :func:`allocator_block_bytes` and :func:`allocator_segment_bytes` write down the CUDA caching
 allocator's default rounding rules, and :func:`adam_step_peak` what one foreach Adam step holds at its
-peak: the formulas of the chapter's GPU memory cells, checked here on the CPU by ``tests/test_placement.py``.
-Chapter 06's exercise checks use :func:`strays` too. Importing this module does no work.
+peak: the formulas of chapter 08's GPU memory cells, checked here on the CPU by ``tests/test_placement.py``.
+Chapter 07's exercise checks use :func:`strays` too. Importing this module does no work.
 """
 
 from __future__ import annotations

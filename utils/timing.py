@@ -1,4 +1,4 @@
-"""Timing code that runs on one device or several, without fooling yourself. Used by chapter 08.
+"""Timing code that runs on one device or several, without fooling yourself. Used by chapter 09.
 
 GPU work is asynchronous: a CUDA call queues a kernel and returns, so a clock read right after it
 measures the *launch*. A correct measurement therefore

@@ -1,721 +1,733 @@
-"""Checks for chapter 06 · GPU placement and device pitfalls.
+"""Checks for chapter 06 · Gather and scatter.
 
-Every check runs on the CPU: the ``meta`` device (shapes and dtypes, no data) stands in for a second
-device, and dtype conversion shows what ``.to()`` reaches. Meta is more lenient than CUDA: it runs matrix
-products, convolutions, ``embedding``, ``gather`` and ``scatter_add_`` with a CPU operand without a word,
-so the answer's calls on meta inputs run under :func:`utils.checks.same_device`, which refuses what CUDA
-refuses (and accepts what it accepts: a 0-dim CPU number, a CPU index tensor for indexing). The checks
-of exercises 1 and 2 also take the notebook's ``device`` and run the answer there, so on a GPU machine
-the answer is tried on the GPU too.
-The chapter's own helpers (:func:`utils.placement.strays`, the allocator's rounding rules) live in
-:mod:`utils.placement`.
+Each check feeds the learner's function small CPU tensors with fixed values, sized so that the most
+common slip, the right operation along the wrong ``dim``, still *runs* and is caught by its values
+rather than by a crash. Every call into the learner's code goes through :func:`utils.checks.learner_code`,
+so an error becomes a hint that names the likely cause.
+
+Where the output lands is checked without a GPU, on the principle that a GPU machine has two devices: the
+input's, and the default one (the CPU) where a tensor made without ``device=`` lands.
+
+* Inputs on the ``meta`` device (shapes and devices, no data) stand in for inputs on a GPU; the result
+  must be on ``meta`` too. Meta kernels do not refuse every mix of devices that CUDA refuses (a
+  ``scatter_add_`` with a CPU ``src`` runs), so :func:`utils.checks.same_device` refuses them as CUDA does:
+  a call may mix the two devices only through the CPU numbers CUDA accepts (0-dim tensors), CPU index
+  tensors in advanced indexing (``x[idx]``, ``x[idx] = v``, ``index_put_``: CUDA moves them to the data;
+  ``gather``, ``scatter*``, ``index_select`` and ``index_add_`` refuse them on CUDA and here; a CPU tensor
+  indexed with a GPU index is refused) and conversions (``.to``, ``copy_``). Copying the data to the CPU
+  (``.cpu()``, ``.numpy()``) fails on ``meta`` and is refused: the exercises ask for the work on the
+  input's device, and on a GPU the copy waits for its queued work.
+* Where an operation has no meta kernel (``torch.bincount``, a boolean mask) or the code needs the values
+  (``.item()``, ``.tolist()``), the check falls back to CPU inputs with the *default* device set to
+  ``meta`` (:func:`utils.checks.default_device_elsewhere`): a tensor the answer creates without
+  ``device=`` lands on ``meta`` (a number, 0-dim, stays on the CPU, as CUDA accepts it), so the result
+  moves, breaks or changes, and the same function mode, with the two devices' roles swapped, refuses a
+  call that mixes it with the inputs. An answer that takes the device from its input gives the same CPU
+  result as before, and one that calls ``.cpu()`` or ``.numpy()`` is refused. Moving a new tensor onto the
+  input's device (``.to(x.device)``, or an index made without ``device=`` that advanced indexing moves)
+  cannot copy out of ``meta``, but works on a GPU, so it passes.
+
+The learner's code runs with ``torch.use_deterministic_algorithms(True, warn_only=True)`` (its warnings
+silenced): memory from ``torch.empty`` or ``new_empty`` then holds NaN (integers: their largest value) rather
+than whatever was there, so an answer that reads memory nobody wrote fails every time, not by chance.
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import functools
-import numbers
-import re
-from collections.abc import Callable, Iterator
+import warnings
+from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
-from torch import nn
+from torch.overrides import TorchFunctionMode
 
-from utils.checks import ExerciseFailed, exercise, expect, learner_code, same_device
-from utils.placement import _is_plain_tensor, _own_attributes, strays
+from utils.checks import ExerciseFailed, default_device_elsewhere, exercise, expect, learner_code, same_device
 
-__all__ = ["check_movable", "check_noise", "check_training_bytes"]
+__all__ = ["check_count_tokens", "check_one_hot", "check_segment_mean", "check_select_scores"]
 
-META = torch.device("meta")
-CPU = torch.device("cpu")
+#: The ways to write with an index that the one-hot task accepts as "built with scatter".
+SCATTERS = frozenset({"scatter", "scatter_", "scatter_add", "scatter_add_", "scatter_reduce", "scatter_reduce_"})
 
-# --- shared by the checks ---------------------------------------------------------------------------
-
-_CUDA = re.compile(r"cuda|nvidia", re.IGNORECASE)
-_HARD_CODED = (
-    "a hard-coded device such as .cuda() or device='cuda' (torch.device('cuda') fails where there is no "
-    "GPU, and elsewhere puts tensors where the caller did not ask): take the device from the input "
-    "(x.device) or leave it to .to(device)"
+ON_META = "your function on inputs on the meta device (a stand-in for a GPU: shapes and devices, no data)"
+WITH_META_DEFAULT = (
+    "your function with the default device set to meta (a stand-in for inputs on a GPU while new tensors "
+    "default to the CPU)"
 )
 
 
-@contextlib.contextmanager
-def _calling(what: str, hint: str, on: torch.device = CPU) -> Iterator[None]:
-    """:func:`learner_code` that recognizes a hard-coded CUDA device in the error.
-
-    ``on`` is the device of the check's inputs: when it is not a CUDA device, an error that mentions
-    CUDA comes from the learner's code asking for CUDA by itself.
-    """
-    try:
-        yield
-    except ExerciseFailed:
-        raise
-    except Exception as err:
-        if on.type != "cuda" and _CUDA.search(f"{type(err).__name__}: {err}"):
-            hint = _HARD_CODED
-        with learner_code(what, hint):
-            raise err from None
+def _device_hint(name: str) -> str:
+    return (
+        f"create every new tensor on {name}.device: torch.zeros(..., device={name}.device), "
+        f"{name}.new_zeros(...) or torch.zeros_like({name}). A bare torch.zeros(...) or torch.arange(...) "
+        "lands on the default device (the CPU), not where the data is"
+    )
 
 
-def _device_arg(device: object) -> torch.device:
-    if device is None:
-        return CPU
-    if isinstance(device, str):
-        device = torch.device(device)
-    if not isinstance(device, torch.device):
-        raise TypeError(f"device must be a torch.device, a str or None, got {type(device).__name__}")
-    if device.type == "meta":
-        raise ValueError("device must hold data, such as the notebook's `device` (the check tries 'meta' itself)")
-    return device
+def _host_hint(name: str) -> str:
+    return (
+        f"keep the work on {name}.device: .cpu() and .numpy() copy the data to the CPU, which on a GPU waits for "
+        f"all its queued work and sends the data over and back (a result built from the copy, torch.from_numpy "
+        f"too, stays on the CPU unless moved). Also " + _device_hint(name)
+    )
 
 
-def _takes_device(run: Callable[..., None]) -> Callable[..., None]:
-    """Check the ``device`` argument before the exercise runs, so a bad one is the caller's error."""
-
-    @functools.wraps(run)
-    def checked(answer: object, device: torch.device | str | None = None) -> None:
-        return run(answer, _device_arg(device))
-
-    checked.judge = lambda answer, device=None: run.judge(answer, _device_arg(device))  # type: ignore[attr-defined]
-    return checked
+_NOT_RUN = object()
 
 
-def _own_rng(check: Callable[..., None]) -> Callable[..., None]:
-    """Run ``check`` with its own CPU random state, so calling it leaves the learner's unchanged."""
+class _NeedsData(Exception):
+    """The learner's code needs the values of a meta tensor."""
+
+
+class _TolistNeedsData(TorchFunctionMode):
+    """Raises :class:`_NeedsData` where the code asks a meta tensor for Python numbers (``.tolist()``): a new
+    tensor made from them shows where it lands only when the check falls back to the default device."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") == "tolist" and args and args[0].is_meta:
+            raise _NeedsData("tolist")
+        return func(*args, **(kwargs or {}))
+
+
+def _copied_to_host(err: BaseException) -> bool:
+    """The error a meta tensor raises when the code copies its data to the CPU."""
+    text = str(err)
+    return "copy out of meta" in text or "convert meta device type tensor to numpy" in text
+
+
+def _meta_cannot_run(err: BaseException) -> bool:
+    """True for an operation that has no meta kernel (``bincount``) or needs the data (``.item()``, a mask)."""
+    text = str(err)
+    if _copied_to_host(err):
+        return False
+    return (isinstance(err, NotImplementedError) and "meta" in text.lower()) or "called on meta tensors" in text
+
+
+def _empty_memory_filled(check: Callable) -> Callable:
+    """Run ``check`` with ``torch.use_deterministic_algorithms(True, warn_only=True)``: ``torch.empty`` then fills
+    new memory with NaN (integers: their largest value). Its warnings are dropped and the previous settings
+    come back."""
 
     @functools.wraps(check)
-    def run(*args, **kwargs) -> None:
-        with torch.random.fork_rng(devices=[]):
-            torch.default_generator.manual_seed(6)
-            check(*args, **kwargs)
+    def run(*args, **kwargs):
+        enabled = torch.are_deterministic_algorithms_enabled()
+        warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+        fill = torch.utils.deterministic.fill_uninitialized_memory
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.use_deterministic_algorithms(True, warn_only=True)
+            torch.utils.deterministic.fill_uninitialized_memory = True
+            try:
+                return check(*args, **kwargs)
+            finally:
+                torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+                torch.utils.deterministic.fill_uninitialized_memory = fill
 
     return run
 
 
-@contextlib.contextmanager
-def _device_rng_kept(device: torch.device) -> Iterator[None]:
-    """Keep the random state of a CUDA ``device`` too, where the learner's code may draw numbers."""
-    if device.type == "cuda":
-        with torch.random.fork_rng(devices=[device.index or 0]):
-            yield
-    else:
-        yield
-
-
-#: What to do when a forward mixes the input's device with the CPU (the advice of ``same_device``).
-_ELSEWHERE_ADVICE = (
-    "a tensor it uses stayed on the CPU, created inside forward without device=x.device (torch.eye(n), "
-    "torch.ones(n), ...), or kept where .to() cannot see it. Create new tensors with device=x.device (or "
-    "torch.ones_like(x), x.new_ones(...)), and keep the module's constants in buffers"
-)
-
-
-_NOISE_ELSEWHERE_ADVICE = (
-    "a tensor created inside forward without device=x.device lands on the default device (the CPU): create "
-    "the noise with torch.randn_like(x), or with device=x.device and dtype=x.dtype"
-)
-
-
-def _elsewhere_hint(err: Exception, what: str) -> str:
-    """A hint for an error raised on a ``meta`` input, without quoting PyTorch's wording."""
-    if "device" in str(err):
-        return (
-            f"{what} raised {type(err).__name__} (tensors on two devices): a tensor it uses stayed on the "
-            "CPU, created inside forward without device=x.device, or kept where .to() cannot see it"
-        )
-    return (
-        f"{what} raised {type(err).__name__}: {err}. Likely cause: forward must work on any device; "
-        "reading values into Python (.item(), .tolist(), .numpy()) cannot run on the 'meta' device"
-    )
-
-
-# --- Exercise 1 ------------------------------------------------------------------------------------
-
-def _standardized_mlp(x, mean, std, linears):
-    h = (x - mean) / std
-    for k, layer in enumerate(linears):
-        h = layer(h)
-        if k < len(linears) - 1:
-            h = torch.relu(h)
-    return h
-
-
-def _stacks(t: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> bool:
-    """``t`` holds both ``mean`` and ``std``, stacked or concatenated in either order."""
-    if t.numel() != 2 * mean.numel() or t.is_meta:
-        return False
-    flat = t.detach().reshape(-1)
-    return any(torch.equal(flat, torch.stack(pair, dim=dim).reshape(-1))
-               for pair in ((mean, std), (std, mean)) for dim in (0, 1))
-
-
-def _overrides_to(model: nn.Module) -> bool:
-    return any(getattr(type(model), name) is not getattr(nn.Module, name) for name in ("to", "_apply"))
-
-
-def _chained(linears: list[nn.Linear], width: int) -> list[nn.Linear]:
-    """``linears`` in the order they can run from an input of ``width`` features (each one's input width is the
-    previous one's output width), whatever order they were registered in; as registered if no such order."""
-    left, chain = list(linears), []
-    while left:
-        step = next((m for m in left if m.in_features == width), None)
-        if step is None:
-            return linears
-        chain.append(step)
-        left.remove(step)
-        width = step.out_features
-    return chain
-
-
-#: The two configurations every answer is built with: (mean, std, widths). The second has other sizes and
-#: a single layer (no ReLU at all).
-_MOVABLE_CASES = (
-    ([1.0, -2.0, 0.5, 3.0], [0.5, 2.0, 1.0, 4.0], (4, 8, 6, 3)),
-    ([0.25, -1.0, 2.0], [1.5, 0.5, 3.0], (3, 2)),
-)
-
-
-@_takes_device
-@exercise("Exercise 1 · Make .to() move everything")
-@_own_rng
-def check_movable(cls: type[nn.Module], device: torch.device | str | None = None) -> None:
-    """``cls(mean, std, widths)``: standardize with constant ``mean``/``std``, then Linear layers.
-
-    ``forward(x)`` computes ``(x - mean) / std`` and feeds it through ``Linear(widths[0], widths[1])``,
-    ``Linear(widths[1], widths[2])``, ... with a ReLU between layers (none after the last). Right after
-    construction, ``.to(device)`` or ``.to(dtype)`` must move every tensor the module uses, and ``mean``
-    and ``std`` are each a buffer of its own, saved in the ``state_dict``. ``device`` (default: the CPU) is
-    where the answer is also run and compared with its CPU output. Every property is checked with two
-    configurations (sizes and depths).
-    """
-    for mean, std, widths in _MOVABLE_CASES:
-        _check_movable_with(cls, device, torch.tensor(mean), torch.tensor(std), widths)
-
-
-def _check_movable_with(cls: type[nn.Module], device: torch.device, mean: torch.Tensor, std: torch.Tensor,
-                        widths: tuple[int, ...]) -> None:
-    width, out_width = widths[0], widths[-1]
-    built = f"building cls(mean, std, widths={widths})"
-    ctor_hint = "the constructor takes (mean, std, widths) and calls super().__init__() first"
-    with _calling(built, ctor_hint):
-        model = cls(mean.clone(), std.clone(), widths)
-    expect(isinstance(model, nn.Module), "the class must subclass nn.Module")
-
-    # Right after construction, before any forward: where is everything, and can .to() reach it?
-    placed = sorted({t.device.type for t in [*model.parameters(), *model.buffers()]} - {"cpu"})
-    expect(
-        not placed,
-        f"right after construction some tensors are on {placed[0] if placed else ''}, but mean and std "
-        f"arrived on the CPU: {_HARD_CODED}",
-    )
-    left = strays(model)
-    lists = [s for s in left if "of modules or tensors" in s]
-    plain = [s for s in left if "plain tensor" in s]
-    expect(
-        not lists,
-        f".to() right after construction cannot see inside {', '.join(lists)}: keep the layers in an "
-        "nn.ModuleList (or nn.Sequential / nn.ModuleDict) and the constants in buffers",
-    )
-    if plain and _overrides_to(model):
-        with _calling(built, ctor_hint):
-            probe = cls(mean.clone(), std.clone(), widths)
-        with _calling("model.to('meta')", "an override of .to() or _apply must still move the module"):
-            probe.to(META)
-        if all(v.is_meta for _, v in _own_attributes(probe) if _is_plain_tensor(v)):  # the override moved them
-            missed = (
-                ""
-                if type(model)._apply is not nn.Module._apply
-                else " .cuda(), .double() and .half() call _apply, not .to(), so they miss them, and"
-            )
-            expect(
-                False,
-                f"your override moves {', '.join(plain)}, but{missed} a plain attribute is not saved in the "
-                "state_dict: use self.register_buffer(name, tensor), which nn.Module moves and saves by itself",
-            )
-    overridden = (
-        " Overriding .to() or _apply does not fix it: tensor.to() returns a new tensor (the result must be kept), "
-        "and .cuda(), .double() and .half() do not call .to() at all."
-        if _overrides_to(model)
-        else ""
-    )
-    expect(
-        not plain,
-        f".to() right after construction leaves {', '.join(plain)} behind: use "
-        f"self.register_buffer(name, tensor).{overridden}",
-    )
-
-    x = torch.randn(5, width, generator=torch.Generator().manual_seed(0))
-    given = x.clone()
-    standardizes = "forward(self, x) standardizes x, then runs the layers"
-    with _calling(f"calling the model on a (5, {width}) batch", standardizes):
-        y = model(x)
-    expect(
-        torch.equal(x, given),
-        "forward changed its input in place (x -= mean, x.sub_(...)): the caller's batch changes with it, and "
-        "a second call would standardize it twice. Compute (x - self.mean) / self.std as a new tensor",
-    )
-    expect(
-        isinstance(y, torch.Tensor) and y.shape == (5, out_width),
-        f"widths {widths} on a batch of 5 give shape (5, {out_width}); got {getattr(y, 'shape', type(y).__name__)}",
-    )
-    linears = _chained([m for m in model.modules() if isinstance(m, nn.Linear)], widths[0])
-    want_layers = list(zip(widths, widths[1:], strict=False))
-    expect(
-        [(m.in_features, m.out_features) for m in linears] == want_layers,
-        f"expected registered Linear layers {want_layers}, found {[(m.in_features, m.out_features) for m in linears]}",
-    )
-    with torch.no_grad():
-        expected = _standardized_mlp(x, mean, std, linears)
-    expect(
-        torch.allclose(y, expected, atol=1e-6),
-        "forward must compute (x - mean) / std, then the layers with a ReLU between them (none after the last)",
-    )
-    def holds(t: torch.Tensor, values: torch.Tensor) -> bool:  # in any shape: (4,), or (1, 4) to broadcast
-        return t.numel() == values.numel() and torch.equal(t.detach().reshape(-1), values)
-
-    stacked = next(((name, t) for name, t in [*model.named_parameters(), *model.named_buffers()]
-                    if _stacks(t, mean, std)), None)
-    expect(
-        stacked is None,
-        f"mean and std are stacked into one tensor, {stacked[0] if stacked else ''} of shape "
-        f"{tuple(stacked[1].shape) if stacked else ()}: the task asks for each in a buffer of its own, "
-        "self.register_buffer('mean', mean) and self.register_buffer('std', std)",
-    )
-    constants = [p for p in model.parameters() if holds(p, mean) or holds(p, std)]
-    expect(
-        not any(p.requires_grad for p in constants),
-        "mean and std are constants: register them as buffers, not nn.Parameter (an optimizer would train them)",
-    )
-    expect(
-        not constants,
-        "mean and std are constants: register them as buffers. A frozen nn.Parameter (requires_grad=False) is "
-        "still a parameter: model.parameters() yields it, so it goes to the optimizer, counts among the "
-        "model's parameters, and model.requires_grad_() (unfreezing the model) makes it trainable again",
-    )
-    saved = model.state_dict().values()
-    expect(
-        any(holds(t, mean) for t in saved) and any(holds(t, std) for t in saved),
-        "mean and std must be saved with the model: register them as persistent buffers (the default, "
-        "persistent=True)",
-    )
-
-    with _calling("model.to('meta')", "do not override .to(); register tensors so that nn.Module moves them"):
-        moved = model.to(META)
-    expect(moved is model, ".to() on a module must return the module itself")
-    behind = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.device != META]
-    expect(not behind, f"after .to('meta') these stayed behind: {behind}")
-    try:
-        with same_device("x", hint=_ELSEWHERE_ADVICE):
-            out = model(torch.empty(7, width, device=META))
-    except ExerciseFailed:
-        raise
-    except Exception as err:
-        expect(False, _elsewhere_hint(err, "after .to('meta'), forward on a meta input"))
-    expect(
-        isinstance(out, torch.Tensor) and out.device == META and out.shape == (7, out_width),
-        "after .to('meta') the output of a meta input must be on 'meta'",
-    )
-
-    with _calling(built, ctor_hint):
-        fresh = cls(mean.clone(), std.clone(), widths)
-    with torch.no_grad():
-        reference = fresh(x)
-        with _calling(f"running the model on {device} after .to({device.type!r})", "", on=device):
-            on_device = fresh.to(device)(x.to(device))
-    expect(
-        on_device.device.type == device.type and torch.allclose(on_device.cpu(), reference, atol=1e-3),
-        f"after .to({device.type!r}) the model must give the same output there, on {device.type}",
-    )
-
-    with _calling(built, ctor_hint):
-        wide = cls(mean.clone(), std.clone(), widths).to(torch.float64)
-    expect(
-        all(t.dtype == torch.float64 for t in [*wide.parameters(), *wide.buffers()]),
-        ".to(torch.float64) must convert every parameter and buffer",
-    )
-    with _calling("calling the float64 model on a float64 batch", "create nothing with a fixed dtype in forward"):
-        out64 = wide(x.double())
-    expect(out64.dtype == torch.float64, "after .to(torch.float64) the output must be float64")
-    # bfloat16 too: float64 wins every type promotion, so a float32 tensor made in forward hides behind it.
-    fixed = ("create nothing with a fixed dtype in forward: x.float(), or a tensor made without dtype=x.dtype, "
-             "is float32, which a bfloat16 (or float16) model's layers refuse")
-    with _calling(built, ctor_hint):
-        narrow = cls(mean.clone(), std.clone(), widths).to(torch.bfloat16)
-    with _calling("calling the model after .to(torch.bfloat16) on a bfloat16 batch", fixed):
-        out16 = narrow(x.bfloat16())
-    expect(out16.dtype == torch.bfloat16, f"after .to(torch.bfloat16) the output must be bfloat16: {fixed}")
-
-
-# --- Exercise 2 ------------------------------------------------------------------------------------
-
-class _GeneratorDevices(torch.overrides.TorchFunctionMode):
-    """Records the devices of the generators that random draws are given (``generator=``), so that a
-    generator on another device than the input is found on a CPU-only machine too: ``meta`` accepts any
-    generator, and a GPU would refuse a CPU one."""
+class _Calls(TorchFunctionMode):
+    """Records the name of every torch function and Tensor method the learner's code calls."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.devices: list[torch.device] = []
+        self.names: set[str] = set()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        generator = kwargs.get("generator")
-        if isinstance(generator, torch.Generator):
-            self.devices.append(generator.device)
-        return func(*args, **kwargs)
+        self.names.add(getattr(func, "__name__", ""))
+        return func(*args, **(kwargs or {}))
 
 
-def _ks_to_normal(sample: torch.Tensor, std: float) -> float:
-    """Kolmogorov-Smirnov distance between ``sample / std`` and the standard normal distribution."""
-    z = (sample.double().flatten() / std).sort().values
-    n = z.numel()
-    cdf = torch.special.ndtr(z)
-    rank = torch.arange(1, n + 1, dtype=torch.float64)
-    return torch.maximum(rank / n - cdf, cdf - (rank - 1) / n).max().item()
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
 
 
-def _expect_gradient_passes(layer: nn.Module) -> None:
-    """In training mode the gradient of ``layer(x).sum()`` with respect to ``x`` is all ones, as for ``x + noise``."""
-    x = torch.zeros(64, requires_grad=True)
-    with _calling("calling the layer in training mode on an input that requires grad", ""):
-        out = layer(x)
-        if isinstance(out, torch.Tensor) and out.requires_grad:
-            out.sum().backward()
+def _shape(out: object) -> str:
+    return str(tuple(out.shape)) if isinstance(out, torch.Tensor) else type(out).__name__
+
+
+def _expect_tensor(out: object) -> None:
+    expect(isinstance(out, torch.Tensor), f"return a tensor, got {type(out).__name__}")
+
+
+def _expect_untouched(name: str, now: torch.Tensor, before: torch.Tensor) -> None:
     expect(
-        x.grad is not None,
-        "no gradient reaches x through the layer, so the layers before it would not learn: x.detach(), x.data "
-        "or torch.no_grad() cut it off. Return x itself plus the noise: x + sigma * torch.randn_like(x)",
+        now.shape == before.shape and torch.equal(now, before),
+        f"do not modify {name} in place (it is the caller's tensor): use out-of-place forms "
+        f"({name}.unsqueeze(1), not {name}.unsqueeze_(1); {name} + k, not {name} += k)",
     )
     expect(
-        bool(x.grad.count_nonzero()),
-        "the gradient through the layer is zero: torch.normal(x, sigma) does not pass gradients to its mean x, "
-        "so the layers before it would not learn. Add the noise to x instead: x + sigma * torch.randn_like(x)",
-    )
-    expect(
-        torch.equal(x.grad, torch.ones_like(x)),
-        "the gradient of sum(output) with respect to x must be all ones, as through x + noise: add the noise "
-        "to x, and compute the noise without x",
+        now.requires_grad == before.requires_grad,
+        f"do not call {name}.requires_grad_(): it changes the caller's tensor, whose every later use autograd "
+        f"then records. The result requires grad by itself whenever {name} does, as it is computed from {name}",
     )
 
 
-def _expect_other_sigma(cls: type[nn.Module], std_at_half: float) -> None:
-    """A second layer, ``cls(2.0)``: its noise has std 2 in training mode, its gradient passes, and in eval
-    mode it returns its input (the first layer's checks used sigma=0.5)."""
-    with _calling("building cls(2.0)", "the constructor takes sigma and calls super().__init__() first"):
-        layer = cls(2.0)
-    with _calling("calling cls(2.0) in training mode on torch.zeros(20_000)", ""):
-        noisy = layer(torch.zeros(20_000))
-    std = noisy.std().item() if isinstance(noisy, torch.Tensor) and noisy.is_floating_point() else float("nan")
-    if abs(std - std_at_half) < 0.02:
-        expect(
-            abs(std - 2.0) < 0.08,
-            f"the noise has std {std:.3f} for sigma=2.0, the same as for sigma=0.5: forward does not use the "
-            "sigma given to the constructor. Scale the noise by self.sigma",
-        )
-    expect(abs(std - 2.0) < 0.08, f"sigma=2.0 must give noise of std 2.0; got {std:.3f}")
-    _expect_gradient_passes(layer)
-    with _calling("cls(2.0).eval(), then calling it", "in eval mode return x"):
-        layer.eval()
-        ones = torch.ones(5)
-        kept = layer(ones)
+#: Pieces of torch's messages for a source whose dtype is not the output's (scatter*, index_add_, index_put_).
+_DTYPE_MISMATCH = ("Expected self.dtype to be equal to src.dtype", "must have the same scalar type",
+                   "requires the source and destination dtypes match")
+#: Torch's message for an in-place write into a tensor made with requires_grad=True (or a view of one).
+_LEAF_IN_PLACE = "a leaf Variable that requires grad is being used in an in-place operation"
+
+
+def _leaf_hint(make: str, source: str | None = None) -> str:
+    hint = ("the output was made with requires_grad=True, and autograd refuses in-place writes (scatter_, "
+            f"index_add_, out[i] = ...) into such a tensor: create it without requires_grad ({make})")
+    if source:
+        hint += f". The result requires grad by itself whenever {source} does, as it is computed from {source}"
+    return hint
+
+
+#: Out-of-place forms of the writes with an index: each returns a new tensor and leaves its ``self`` unchanged.
+_OUT_OF_PLACE_WRITES = frozenset({"scatter", "scatter_add", "scatter_reduce", "index_add", "index_put", "index_copy",
+                                  "index_reduce", "index_fill", "masked_fill", "masked_scatter", "put"})
+#: Torch's message for an in-place write into an expanded tensor (several elements share one memory location).
+_EXPANDED_WRITE = "more than one element of the written-to tensor refers to a single memory location"
+#: Torch's message for an index value of -1 in gather, scatter* and index_add_ (what zero-based ids minus 1 give).
+_MINUS_ONE = "index -1 is out of bounds"
+#: Pieces of torch's messages for an index whose number of dimensions or dtype gather and scatter refuse.
+_INDEX_NDIM = "must have the same number of dimensions as"
+_INDEX_DTYPE = "Expected dtype int32/int64 for index"
+#: The cause given for an error that no known piece of a message explains: what was observed is the error itself.
+_UNKNOWN_ERROR = "unknown: the check does not recognize this error (PyTorch's message above says what it refused)"
+
+
+def _expanded_hint(make: str) -> str:
+    return ("the tensor written into is an expanded view: expand() repeats its rows without copying them (stride 0), "
+            "so several of its elements are one memory location, and PyTorch refuses in-place writes into it. "
+            f"Create it at full size ({make}), or call .clone() on the expanded tensor before writing into it")
+
+
+def _index_causes(ids: str, make: str) -> dict[str, str]:
+    """Causes of errors that the writes with an index raise, whatever the exercise (see :func:`learner_code`)."""
+    return {
+        _EXPANDED_WRITE: _expanded_hint(make),
+        _MINUS_ONE: f"an index held -1: {ids} are zero-based already (0 up to the size - 1), so use them as they "
+                    "are. Subtracting 1 turns 0 into -1, which gather, scatter and index_add_ refuse",
+    }
+
+
+def _expect_not_expanded(out: torch.Tensor, make: str) -> None:
+    """A wrong result that is an expanded view (stride 0 along a dimension longer than 1): writes into one of its
+    rows landed in all of them."""
+    shared = [d for d in range(out.dim()) if out.stride(d) == 0 and out.shape[d] > 1]
     expect(
-        isinstance(kept, torch.Tensor) and torch.equal(kept, torch.ones(5)),
-        "in eval mode (layer.eval()) return the input unchanged, whatever sigma",
+        not shared,
+        f"the result is an expanded view (stride 0 along dim {shared[0] if shared else 0}): all its rows are one "
+        "memory location, so every write landed in each of them. expand() does not copy; create the output at "
+        f"full size ({make}), or call .clone() on the expanded tensor before writing into it",
     )
 
 
-def _promoting_tensor(layer: nn.Module, dtype: torch.dtype) -> tuple[str, torch.Tensor] | None:
-    """``(name, tensor)`` of a floating tensor the layer holds that would promote an input of ``dtype``.
-
-    A tensor with dimensions takes part in type promotion (a 0-dim one does not), so a float32 ``sigma``
-    of shape ``(1,)`` turns ``x + sigma * noise`` to float32 for a bfloat16 ``x``.
-    """
-    held = [*layer.named_parameters(), *layer.named_buffers(), *_own_attributes(layer)]
-    for name, value in held:
-        if (
-            isinstance(value, torch.Tensor)
-            and value.dim() > 0
-            and value.is_floating_point()
-            and torch.promote_types(value.dtype, dtype) != dtype
-        ):
-            return name, value
-    return None
+def _expect_written(out: torch.Tensor, calls: set[str]) -> None:
+    """A result that is all zeros, as if nothing was written: name the dropped out-of-place write if there was one."""
+    dropped = sorted(calls & _OUT_OF_PLACE_WRITES)
+    expect(
+        bool(out.detach().any()),
+        f"the result is all zeros, as if nothing had been written into it, and your function called {dropped[0]}() "
+        "(no trailing underscore), which returns a new tensor and leaves the one it is called on unchanged: keep "
+        f"what it returns (out = out.{dropped[0]}(...)) or call {dropped[0]}_(...), which writes in place"
+        if dropped else
+        "the result is all zeros, as if nothing had been written into it; the check cannot tell why",
+    )
 
 
-@_takes_device
-@exercise("Exercise 2 · Noise that follows its input")
-@_own_rng
-def check_noise(cls: type[nn.Module], device: torch.device | str | None = None) -> None:
-    """``cls(sigma)``: in training mode add ``sigma`` times standard normal noise; in eval mode, identity.
+def _first_difference(out: torch.Tensor, want: torch.Tensor) -> str:
+    """Where ``out`` first differs from ``want``, as a learner reads it: ``out[1, 2] is 0.5 where 1.5 is expected``."""
+    got = out.detach().to(want.dtype)
+    differ = (~torch.isclose(got, want)).nonzero()
+    if not len(differ):
+        return "out is close to what is expected everywhere"
+    where = tuple(int(i) for i in differ[0])
+    spot = ", ".join(map(str, where))
+    return f"out[{spot}] is {got[where].item():.4g} where {want[where].item():.4g} is expected"
 
-    The noise is fresh on every call, independent for every element, and created on the input's device
-    with its dtype, from that device's own generator; the gradient passes to ``x`` as through ``x + noise``,
-    and the input itself is not modified. ``device`` (default: the CPU) is where the answer is also run.
-    """
-    with _calling("building cls(0.5)", "the constructor takes sigma and calls super().__init__() first"):
-        layer = cls(0.5)
-    expect(isinstance(layer, nn.Module), "the class must subclass nn.Module")
-    called = "calling the layer in training mode on torch.zeros(20_000)"
-    x = torch.zeros(20_000)
-    with _calling(called, "forward(self, x) returns x plus sigma times standard normal noise"):
-        noisy = layer(x)
-        again = layer(x)
-    expect(
-        torch.equal(x, torch.zeros(20_000)),
-        "forward changed its input: return x + noise as a new tensor (no x.add_(...) or x += ... on the input)",
-    )
-    expect(
-        isinstance(noisy, torch.Tensor) and noisy.shape == x.shape,
-        f"the output must have the input's shape {tuple(x.shape)}; got {getattr(noisy, 'shape', type(noisy).__name__)}",
-    )
-    if torch.equal(noisy, x):
-        with _calling("calling the layer in training mode on torch.ones(20_000)", ""):
-            on_ones = layer(torch.ones(20_000))
-        expect(
-            not isinstance(on_ones, torch.Tensor) or torch.equal(on_ones, torch.ones(20_000)),
-            "on torch.zeros(20_000) the output stayed all zeros, and on ones it changed: the noise is multiplied "
-            "into x. Add it: return x + sigma * noise",
-        )
-        expect(
-            False,
-            "in training mode (the default) the output must differ from the input: add the noise when "
-            "self.training is True (self.eval is a method, and a method is always true)",
-        )
-    expect(not torch.equal(noisy, again), "draw fresh noise on every call in training mode (no fixed seed in forward)")
-    mean, std = noisy.mean().item(), noisy.std().item()
-    expect(abs(std - 0.5) < 0.02, f"sigma=0.5 must give noise of std 0.5; got {std:.3f}")
-    expect(abs(mean) < 0.02, f"the noise must have mean 0; got {mean:.3f}")
-    distance = _ks_to_normal(noisy, 0.5)
-    expect(
-        distance < 0.025,
-        f"the noise has std 0.5 but is not normally distributed (its distribution is {distance:.3f} away from "
-        "the normal one): draw it with torch.randn_like, not torch.rand_like (uniform)",
-    )
-    sizes = noisy.detach().abs().unique().numel()  # independent float draws almost never repeat a size
-    expect(
-        sizes > 0.9 * noisy.numel(),
-        f"the noise repeats itself: its 20000 elements have only {sizes} different sizes, as with "
-        "torch.cat([n, -n]) or n.repeat(2). Draw every element independently: torch.randn_like(x)",
-    )
-    with _calling("calling the layer on a (64, 32) batch", "draw noise of x's full shape"):
-        batch = layer(torch.zeros(64, 32))
-    expect(
-        isinstance(batch, torch.Tensor) and batch.shape == (64, 32),
-        "the output must have the input's shape (64, 32)",
-    )
-    expect(
-        not torch.equal(batch[0], batch[1]) and not torch.equal(batch[:, 0], batch[:, 1]),
-        "every element of a batch needs its own noise: draw it with x's full shape (torch.randn_like(x)), "
-        "not one row or one column shared by the batch",
-    )
-    with _calling("calling the layer on torch.ones(20_000)", ""):
-        shifted = layer(torch.ones(20_000))
-    expect(abs(shifted.mean().item() - 1) < 0.02, "add the noise to the input (x + noise), do not replace it")
-    _expect_gradient_passes(layer)
-    _expect_other_sigma(cls, std)
 
-    with _calling("layer.eval()", "do not override eval() or train()"):
-        layer.eval()
-    with _calling("calling the layer in eval mode", "in eval mode return x"):
-        kept = layer(x)
-    expect(
-        isinstance(kept, torch.Tensor) and torch.equal(kept, x),
-        "in eval mode (layer.eval()) return the input unchanged",
-    )
-    layer.train()
+def _unknown(task: str, out: torch.Tensor, want: torch.Tensor) -> str:
+    return f"{task}; {_first_difference(out, want)}. The check does not recognize the cause of this difference"
 
-    generators = _GeneratorDevices()
-    try:
-        with generators, same_device("x", hint=_NOISE_ELSEWHERE_ADVICE):
-            on_meta = layer(torch.zeros(3, 4, device=META))
-    except ExerciseFailed:
-        raise
-    except Exception as err:
-        if isinstance(err, NotImplementedError) or _CUDA.search(str(err)):
-            with _calling("calling the layer on a meta input", "create the noise with torch.randn_like(x)"):
+
+def _expect_same_without_default_device(name: str, out: torch.Tensor, under_meta: object) -> None:
+    """``under_meta`` is the result with the default device set to meta; it must equal ``out``."""
+    expect(
+        isinstance(under_meta, torch.Tensor)
+        and under_meta.device == out.device
+        and under_meta.shape == out.shape
+        and under_meta.dtype == out.dtype
+        and torch.equal(under_meta, out),
+        "with the default device set to meta the result changed, so a tensor in your function was made on "
+        f"the default device instead of {name}.device: " + _device_hint(name),
+    )
+
+
+def _expect_on_input_device(name: str, fn: Callable, args: tuple, out: torch.Tensor) -> None:
+    """``fn(*args)`` gave ``out`` on the CPU; its result must follow the inputs to another device (see the top)."""
+    on_meta: object = _NOT_RUN
+    meta_args = tuple(a.to("meta") if isinstance(a, torch.Tensor) else a for a in args)
+    with learner_code(f"calling {ON_META}", _device_hint(name)):
+        try:
+            with _TolistNeedsData(), same_device(name, hint=_device_hint(name)):
+                on_meta = fn(*meta_args)
+        except Exception as err:
+            if _copied_to_host(err):
+                raise ExerciseFailed(f"your function copies data to the CPU ({type(err).__name__}: {err}): "
+                                     + _host_hint(name)) from None
+            if not (isinstance(err, _NeedsData) or _meta_cannot_run(err)):
                 raise
-        expect(False, _elsewhere_hint(err, "calling the layer on an input on another device (meta)"))
-    expect(
-        isinstance(on_meta, torch.Tensor) and on_meta.device == META and on_meta.shape == (3, 4),
-        "the output must be on the input's device: create the noise there (torch.randn_like(x), or "
-        "device=x.device; a .to(...) whose result is not kept changes nothing)",
-    )
-    own = generators.devices[0].type if generators.devices else ""
-    expect(
-        not own,
-        f"the noise is drawn with a generator of its own, which lives on the {own} device: "
-        "an input on another device (a GPU) cannot use it, and torch refuses the draw. Leave out "
-        "generator=...; the input's device has its own generator, seeded by torch.manual_seed",
-    )
-    for dtype in (torch.bfloat16, torch.float64):
-        with _calling(f"calling the layer on a {dtype} input", "create the noise with x's dtype"):
-            typed = layer(torch.zeros(8, dtype=dtype))
-        if isinstance(typed, torch.Tensor) and typed.dtype == dtype:
-            continue
-        got = str(getattr(typed, "dtype", type(typed).__name__)).removeprefix("torch.")
-        promoting = _promoting_tensor(layer, dtype)
+            on_meta = _NOT_RUN              # no meta kernel, or the code needs the values: the default device
+    if on_meta is not _NOT_RUN:
         expect(
-            False,
-            f"a {str(dtype).removeprefix('torch.')} input gave a {got} output: "
-            + (
-                f"the layer keeps {promoting[0]} as a {str(promoting[1].dtype).removeprefix('torch.')} tensor of "
-                f"shape {tuple(promoting[1].shape)}, which promotes x + sigma * noise to its dtype. Keep sigma a "
-                f"Python number, or cast it: self.{promoting[0]}.to(x.dtype)"
-                if promoting
-                else "create the noise with x's dtype too (torch.randn_like(x), or dtype=x.dtype)"
-            ),
+            isinstance(on_meta, torch.Tensor) and on_meta.is_meta and on_meta.shape == out.shape,
+            f"with {name} on the meta device the result must be on the meta device too, of shape "
+            f"{tuple(out.shape)}; it is "
+            + (f"on {on_meta.device}, of shape {tuple(on_meta.shape)}" if isinstance(on_meta, torch.Tensor)
+               else type(on_meta).__name__)
+            + ": " + _host_hint(name),
         )
-    with _device_rng_kept(device), _calling(f"calling the layer on an input on {device}", "", on=device):
-        there = layer(torch.zeros(3, 4, device=device))
+        return
+    with learner_code(f"calling {WITH_META_DEFAULT}", _device_hint(name)):
+        try:
+            with (default_device_elsewhere("meta"), _Calls() as calls,
+                  same_device(name, host="meta", hint=_device_hint(name))):
+                under_meta = fn(*args)
+        except NotImplementedError as err:
+            if "copy out of meta" not in str(err):
+                raise
+            under_meta = None               # a new tensor moved onto the input's device: fine on a GPU
+    expect(not calls.names & {"cpu", "numpy", "__array__"}, _host_hint(name))
+    if under_meta is not None:
+        _expect_same_without_default_device(name, out, under_meta)
+
+
+# --- Exercise 1 ---------------------------------------------------------------------------------------
+
+
+@exercise("Exercise 1 · One-hot with scatter")
+@_empty_memory_filled
+def check_one_hot(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
+    """``fn(labels, num_classes)``: labels (N,) → float (N, num_classes) of 0s and 1s, built with scatter,
+    on the labels' device."""
+    # N > C, so scattering along dim 0 instead of dim 1 runs without an error.
+    labels = torch.tensor([2, 0, 3, 1, 3, 0, 2])
+    kept = labels.clone()
+    dtype_hint = (
+        "the values written must have the output's dtype: torch.ones_like(labels) is int64 like the labels, "
+        "and scatter_ refuses to write it into a float tensor. Write a number, .scatter_(1, index, 1.0), or "
+        "ones of the output's dtype, torch.ones(N, 1, device=labels.device)"
+    )
+    with _Calls() as calls, learner_code(
+        "calling one_hot(labels, 4) on 7 labels",
+        _UNKNOWN_ERROR,
+        {_INDEX_NDIM: "the index needs as many dimensions as the output, (N, 1): labels.unsqueeze(1)",
+         _INDEX_DTYPE: "the index must hold integers (int64): .to(out) converts the dtype too, use "
+                       ".to(out.device) to move a tensor",
+         **dict.fromkeys(_DTYPE_MISMATCH, dtype_hint),
+         _LEAF_IN_PLACE: _leaf_hint("torch.zeros(N, num_classes, device=labels.device)"),
+         **_index_causes("the labels", "torch.zeros(N, num_classes, device=labels.device)")},
+    ):
+        out = fn(labels, 4)
+    _expect_tensor(out)
+    _expect_untouched("labels", labels, kept)
+    expect(out.shape == (7, 4), f"7 labels and 4 classes give shape (7, 4); got {_shape(out)}")
+    expect(out.is_floating_point(), f"return a float tensor (losses multiply it with floats); got {out.dtype}")
+    want = torch.nn.functional.one_hot(labels, 4).to(out.dtype)
     expect(
-        isinstance(there, torch.Tensor) and there.device.type == device.type and there.shape == (3, 4),
-        f"an input on {device} must give an output there",
+        not out.isnan().any(),
+        "start from torch.zeros, not torch.empty: scatter_ writes one position per row, and the others keep "
+        "whatever the new memory held (NaN here: the check fills new memory with NaN)",
+    )
+    expect(
+        torch.equal(out, want) or bool(out[1:].any()) or not out[0].bool().equal(want.bool().any(0)),
+        "only row 0 was written, with a 1 for every label: the index had shape (1, N) (labels.unsqueeze(0)). "
+        "Along dim=1, index[i][j] says which column of row i to write, so it needs one row per label, "
+        "shape (N, 1): labels.unsqueeze(1)",
+    )
+    if not torch.equal(out, want):
+        _expect_not_expanded(out, "torch.zeros(N, num_classes, device=labels.device)")
+        _expect_written(out, calls.names)
+        along_rows = torch.zeros(7, 4).scatter_(0, labels.unsqueeze(1), 1.0).to(out.dtype)
+        expect(
+            not torch.equal(out, along_rows),
+            "the 1s are where a scatter along dim=0 puts them (column 0, row labels[i]); row i must hold a single 1, "
+            "in column labels[i]: scatter along dim=1 (zeros of shape (N, C), then "
+            ".scatter_(1, labels.unsqueeze(1), 1.0)), not along dim=0",
+        )
+        expect(False, _unknown("row i must hold a single 1, in column labels[i]", out, want))
+    expect(
+        bool(calls.names & SCATTERS),
+        "the values are right, but the task is to build it with scatter_ (or scatter): start from zeros "
+        "and write a 1 per row, instead of F.one_hot, torch.eye(C)[labels] or a comparison",
+    )
+    with learner_code("calling one_hot(tensor([1]), 5)", "use num_classes for the width"):
+        wide = fn(torch.tensor([1]), 5)
+    expect(
+        isinstance(wide, torch.Tensor) and wide.shape == (1, 5) and wide.tolist() == [[0, 1, 0, 0, 0]],
+        "use num_classes for the width, not labels.max() + 1: one_hot(tensor([1]), 5) must be [[0, 1, 0, 0, 0]]",
+    )
+    _expect_on_input_device("labels", fn, (labels, 4), out)
+
+
+# --- Exercise 2 ---------------------------------------------------------------------------------------
+
+
+@exercise("Exercise 2 · Select each label's score in a batch")
+@_empty_memory_filled
+def check_select_scores(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
+    """``fn(scores, labels)``: scores (B, N, C), labels (B, N) → (B, N), ``out[b, n] = scores[b, n, labels[b, n]]``,
+    differentiable with respect to ``scores``, on the scores' device."""
+    # N >= C, so gathering along dim 1 instead of dim 2 runs without an error.
+    scores = torch.randn(2, 5, 4, generator=_gen(70))
+    labels = torch.tensor([[3, 0, 2, 2, 1], [1, 3, 3, 0, 2]])
+    kept_scores, kept_labels = scores.clone(), labels.clone()
+    leaf = scores.clone().requires_grad_()
+    given = leaf * 1  # not a leaf, as a model's scores: editing it in place runs, and the check then names it
+    with learner_code(
+        "calling select_scores(scores, labels) with scores (2, 5, 4) and labels (2, 5)",
+        _UNKNOWN_ERROR,
+        {_INDEX_NDIM: "gather's index needs as many dimensions as scores: labels.unsqueeze(-1), of shape (B, N, 1)",
+         _INDEX_DTYPE: "the index must hold integers: labels.to(scores) would turn them into floats, use "
+                       "labels.to(scores.device) to move them",
+         _LEAF_IN_PLACE: _leaf_hint("scores.new_zeros(B, N)", "scores"),
+         **_index_causes("the labels", "scores.new_zeros(B, N)")},
+    ):
+        out = fn(given, labels)
+    _expect_tensor(out)
+    _expect_untouched("labels", labels, kept_labels)
+    _expect_untouched("scores", given.detach(), kept_scores)
+    expect(out.shape == (2, 5), f"scores (2, 5, 4) and labels (2, 5) give shape (2, 5); got {_shape(out)}")
+    want = torch.tensor([[scores[b, n, labels[b, n]].item() for n in range(5)] for b in range(2)])
+    expect(
+        out.is_floating_point(),
+        f"out[b, n] is a score, so the result holds floating-point numbers like scores; got {out.dtype}. "
+        "argmax gives the index of the best class, not the score of the labelled one: gather along dim=2 (or -1) "
+        "with labels.unsqueeze(-1)",
+    )
+    got = out.detach().to(want.dtype)
+    if not torch.allclose(got, want):
+
+        def seen(expected: torch.Tensor) -> bool:
+            return torch.allclose(got, expected)
+
+        def at_labels(source: torch.Tensor, index: torch.Tensor = labels) -> torch.Tensor:
+            return source.gather(2, index.unsqueeze(-1)).squeeze(-1)
+
+        expect(
+            not seen(at_labels(scores.softmax(-1))),
+            "out[b, n] holds softmax(scores)[b, n, labels[b, n]], a probability; the task asks for the score "
+            "itself, scores[b, n, labels[b, n]]: gather from scores, with no softmax first",
+        )
+        expect(
+            not seen(at_labels(scores.log_softmax(-1))),
+            "out[b, n] holds log_softmax(scores)[b, n, labels[b, n]], a log-probability; the task asks for the "
+            "score itself, scores[b, n, labels[b, n]]: gather from scores as they are, with no log_softmax first",
+        )
+        expect(
+            not seen(at_labels(scores, (labels - 1) % 4)),
+            "out[b, n] is scores[b, n, labels[b, n] - 1] (and label 0 read the last class, as an index of -1 counts "
+            "from the end): the labels are zero-based already, so index with them as they are",
+        )
+        expect(
+            not seen(scores.amax(-1)),
+            "out[b, n] is the largest score at position (b, n), a max over the classes, not the score of the "
+            "labelled class: gather along dim=2 (or -1) with labels.unsqueeze(-1)",
+        )
+        expect(
+            not seen(scores.gather(1, labels.unsqueeze(-1)).squeeze(-1)),
+            "out[b, n] is scores[b, labels[b, n], 0]: the gather ran along dim=1 (positions) instead of the class "
+            "axis, the last one: gather along dim=2 (or -1) with labels.unsqueeze(-1), not along dim=1",
+        )
+        expect(
+            not seen(scores[:, 0, :].gather(-1, labels)),
+            "out[b, n] is scores[b, 0, labels[b, n]]: every position read the first position's scores, because the "
+            "index had shape (B, 1, N) (labels.unsqueeze(1)); give it shape (B, N, 1) with labels.unsqueeze(-1) "
+            "and gather along dim=2 (or -1)",
+        )
+        expect(False, _unknown("out[b, n] must be scores[b, n, labels[b, n]]", got, want))
+    expect(out.requires_grad, "keep the result differentiable: use gather, not .item(), .tolist() or .detach()")
+    with learner_code("back-propagating from the sum of your output", "use gather, which has a gradient"):
+        out.sum().backward()
+    hits = torch.zeros(2, 5, 4).scatter_(2, labels.unsqueeze(-1), 1.0)
+    expect(
+        leaf.grad is not None and torch.equal(leaf.grad, hits),
+        "the gradient must reach exactly the selected scores, each with weight 1",
+    )
+    with learner_code("calling select_scores on a batch of one sequence of length one", "squeeze only dim -1"):
+        one = fn(torch.tensor([[[0.5, 1.5, 2.5]]]), torch.tensor([[2]]))
+    expect(
+        isinstance(one, torch.Tensor) and one.shape == (1, 1) and one.item() == 2.5,
+        "a batch of one sequence of length one must still give shape (1, 1): squeeze only the last dim "
+        "(squeeze(-1)), not every dim of size 1",
+    )
+    few = torch.tensor([[[0.5, 1.5, 2.5, 3.5], [4.0, 5.0, 6.0, 7.0], [-1.0, -2.0, -3.0, -4.0]]], requires_grad=True)
+    few_labels = torch.tensor([[0, 2, 1]])
+    with learner_code(
+        "calling select_scores on scores (1, 3, 4) whose labels [0, 2, 1] leave out the last class",
+        "the number of classes is scores.shape[-1], whatever the labels hold: F.one_hot(labels) is only "
+        "labels.max() + 1 wide unless given num_classes",
+    ):
+        picked = fn(few * 1, few_labels)
+    expect(
+        isinstance(picked, torch.Tensor) and picked.shape == (1, 3)
+        and torch.equal(picked.detach().to(few.dtype), torch.tensor([[0.5, 6.0, -2.0]])),
+        "with labels that leave out the last class the result must still be scores[b, n, labels[b, n]]: take "
+        "the number of classes from scores.shape[-1], not from the labels",
+    )
+    expect(picked.requires_grad, "keep the result differentiable for every batch: use gather, not .item(), "
+                                 ".tolist() or .detach()")
+    with learner_code("back-propagating from the sum of your output on scores (1, 3, 4)",
+                      "use gather, which has a gradient"):
+        picked.sum().backward()
+    expect(
+        few.grad is not None and torch.equal(few.grad, torch.zeros(1, 3, 4).scatter_(2, few_labels.unsqueeze(-1), 1.0)),
+        "on scores (1, 3, 4) too, the gradient must reach exactly the selected scores, each with weight 1",
+    )
+    _expect_on_input_device("scores", fn, (scores, labels), out)
+
+
+# --- Exercise 3 ---------------------------------------------------------------------------------------
+
+
+def _segment_mean_reference(values: torch.Tensor, ids: torch.Tensor, num_segments: int) -> torch.Tensor:
+    """Plain Python: each segment's mean, 0 for an empty one."""
+    rows: list[list[float]] = []
+    width = values.shape[1]
+    for s in range(num_segments):
+        members = [values[i].tolist() for i in range(len(ids)) if int(ids[i]) == s]
+        rows.append([sum(col) / len(members) for col in zip(*members, strict=True)] if members else [0.0] * width)
+    return torch.tensor(rows, dtype=values.dtype)
+
+
+def _one_member_kept(out: torch.Tensor, values: torch.Tensor, ids: torch.Tensor, counts: torch.Tensor) -> bool:
+    """True if every segment with several rows holds one member row divided by the count (a raced write)."""
+    several = [s for s in range(len(counts)) if counts[s] > 1]
+    return bool(several) and all(
+        any(torch.allclose(out[s] * counts[s], values[i]) for i in range(len(ids)) if int(ids[i]) == s)
+        for s in several
     )
 
 
-# --- Exercise 3 ------------------------------------------------------------------------------------
-
-def _measured(model: nn.Module) -> dict[str, int]:
-    """Run one Adam step on a copy and add up what it holds (the ground truth for exercise 3)."""
-    model = copy.deepcopy(model)
-    params = list(model.parameters())
-    trainable = [p for p in params if p.requires_grad]
-    optimizer = torch.optim.Adam(trainable, lr=1e-3)
-    first = next(m for m in model.modules() if isinstance(m, nn.Linear))
-    dtype = first.weight.dtype
-    x = torch.randn(3, first.in_features, dtype=dtype, generator=torch.Generator().manual_seed(0))
-    out = model(x)
-    F.mse_loss(out, torch.zeros_like(out)).backward()
-    optimizer.step()
-    return {
-        "parameters": sum(p.numel() * p.element_size() for p in params),
-        "gradients": sum(p.grad.numel() * p.grad.element_size() for p in trainable),
-        "Adam's two averages": sum(
-            optimizer.state[p][k].numel() * optimizer.state[p][k].element_size()
-            for p in trainable
-            for k in ("exp_avg", "exp_avg_sq")
-        ),
-    }
+#: Exercise 3's data: 7 rows in 4 segments of 3, 1, 3 and 0 rows (sizes that do not divide evenly), ids out
+#: of order, means that are not whole numbers, and no member row equal to its segment's sum.
+SEGMENT_VALUES = torch.tensor(
+    [[4.0, -2.0, 7.0, 1.0], [-5.0, 3.0, 0.0, 8.0], [2.0, 6.0, -4.0, -1.0], [9.0, -7.0, 5.0, 3.0],
+     [1.0, 1.0, 2.0, -6.0], [6.0, -3.0, 9.0, 2.0], [-1.0, 4.0, 0.0, 5.0]]
+)
+SEGMENT_IDS = torch.tensor([0, 2, 0, 1, 2, 2, 0])
 
 
-def _likely_cause(model: nn.Module, parts: dict[str, int], got: int) -> str | None:
-    """The popular mistake that gives ``got`` bytes for ``model``, if one does."""
-    unique = list(model.parameters())
-    every = [p for _, p in model.named_parameters(remove_duplicate=False)]
-    nbytes = sum(p.numel() * p.element_size() for p in unique)
-    trained = sum(p.numel() * p.element_size() for p in unique if p.requires_grad)
-    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
-    want = sum(parts.values())
-    copies = sum((4 if p.requires_grad else 1) * p.numel() for p in unique)
-    one_level = {id(p): p for child in model.children() for p in child.parameters(recurse=False)}.values()
-    guesses = [  # the likelier mistake first where two give the same total
-        (4 * nbytes, "frozen parameters (requires_grad=False) get no gradient and no Adam state"),
-        (4 * copies, "each number takes its dtype's size (p.element_size()), not always 4 bytes"),
-        (
-            unique[0].element_size() * copies,
-            "each parameter counts with its own dtype's size (p.element_size() of every parameter): this "
-            "model mixes float64 and float32, so one size for the whole model is wrong",
-        ),
-        (
-            sum((4 if p.requires_grad else 1) * p.numel() * p.element_size() for p in every),
-            "a layer used twice holds its parameters once, and a weight shared by two layers is one tensor: "
-            "model.parameters() already skips the repeat (model.modules() does not, for a shared weight)",
-        ),
-        (want + buffers, "buffers (such as BatchNorm's running statistics) are not trained: do not count them"),
-        (want + 4 * buffers, "buffers (such as BatchNorm's running statistics) are not trained: do not count them"),
-        (8 * want, "count bytes, not bits"),
-        # before "gradients missing", which gives the same total in float64 but fails the float32 case first
-        (
-            nbytes + trained + 8 * sum(p.numel() for p in unique if p.requires_grad),
-            "Adam's two averages have the parameter's dtype (p.element_size() bytes each), not always 4 bytes",
-        ),
-        (nbytes + 2 * trained, "the gradients are missing (one per trainable parameter, of its size and dtype)"),
-        (nbytes + trained, "Adam's two running averages are missing (exp_avg and exp_avg_sq)"),
-        (
-            sum((4 if p.requires_grad else 1) * p.numel() * p.element_size() for p in one_level),
-            "the count reads only the parameters of the model's direct children: a bare layer has no children, "
-            "and a nested nn.Sequential keeps its layers one level further down. model.parameters() walks the "
-            "whole tree",
-        ),
-    ]
-    return next((cause for total, cause in guesses if total == got and total != want), None)
+@exercise("Exercise 3 · Segment mean")
+@_empty_memory_filled
+def check_segment_mean(fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]) -> None:
+    """``fn(values, segment_ids, num_segments)``: values (N, D) → (num_segments, D) per-segment means.
 
-
-class _MixedPrecision(nn.Module):
-    """A float64 layer feeding a float32 one: one model, two element sizes."""
-
-    def __init__(self):
-        super().__init__()
-        self.first = nn.Linear(5, 7, dtype=torch.float64)
-        self.second = nn.Linear(7, 3)
-
-    def forward(self, x):
-        return self.second(torch.relu(self.first(x)).float())
-
-
-class _SharedWeight(nn.Module):
-    """Two layers, one weight (as chapter 03 ties an embedding to a head): one tensor, two owners."""
-
-    def __init__(self):
-        super().__init__()
-        self.encode, self.decode = nn.Linear(4, 4), nn.Linear(4, 4)
-        self.decode.weight = self.encode.weight
-
-    def forward(self, x):
-        return self.decode(torch.relu(self.encode(x)))
-
-
-def _cases() -> dict[str, nn.Module]:
-    mlp = nn.Sequential(nn.Linear(5, 7), nn.ReLU(), nn.Linear(7, 3))
-    frozen = copy.deepcopy(mlp)
-    frozen[0].requires_grad_(False)
-    shared = nn.Linear(6, 6)
-    tied = nn.Sequential(nn.Linear(4, 6), shared, nn.ReLU(), shared)
-    normed = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.Linear(6, 2))
-    return {
-        "a float32 MLP": mlp,
-        "the same MLP with its first layer frozen": frozen,
-        "the MLP in float64": copy.deepcopy(mlp).double(),
-        "the MLP in bfloat16": copy.deepcopy(mlp).to(torch.bfloat16),
-        "a model that uses one layer twice": tied,
-        "a model whose two layers share one weight": _SharedWeight(),
-        "a model with BatchNorm buffers": normed,
-        "a model with a float64 and a float32 layer": _MixedPrecision(),
-        "a bare nn.Linear(5, 3) layer": nn.Linear(5, 3),
-        "an MLP nested in an nn.Sequential": nn.Sequential(nn.Sequential(nn.Linear(5, 7), nn.ReLU()), nn.Linear(7, 3)),
-    }
-
-
-@exercise("Exercise 3 · Memory of a training step")
-@_own_rng
-def check_training_bytes(fn: Callable[[nn.Module], int]) -> None:
-    """``fn(model) -> int``: bytes of parameters + gradients + Adam's two moment estimates.
-
-    Frozen parameters (``requires_grad=False``) have no gradient and no Adam state; each parameter
-    counts with its own dtype's size; a parameter used twice counts once; buffers do not count. The
-    model passed in is fresh: it has run no forward or backward, so its ``.grad`` fields are ``None``.
+    Row ``s`` is the mean of the rows of ``values`` whose id is ``s``; a segment with no rows gives 0.
+    The result has the values' dtype and device and is differentiable with respect to ``values``.
     """
-    for label, model in _cases().items():
-        parts = _measured(model)
-        want = sum(parts.values())
-        with _calling(
-            f"your function on {label}",
-            "the model has not been trained, so p.grad is None: count from each parameter's numel() and "
-            "element_size()",
-        ):
-            got = fn(copy.deepcopy(model))
+    # num_segments == D: dividing sums (S, D) by counts (S,) broadcasts along the wrong dim and still runs.
+    values, ids = SEGMENT_VALUES.clone(), SEGMENT_IDS.clone()
+    kept_values, kept_ids = values.clone(), ids.clone()
+    want = _segment_mean_reference(values, ids, 4)  # segment 3 is empty
+    counts = torch.bincount(ids, minlength=4).unsqueeze(1).float()
+    causes = {
+        **dict.fromkeys(
+            _DTYPE_MISMATCH,
+            "the values added must have the output's dtype: torch.ones_like(segment_ids) is int64 like the ids, "
+            "and scatter_add_ and index_add_ refuse to add it into float counts. Make the ones with values' "
+            "dtype: values.new_ones(N), or torch.ones_like(segment_ids, dtype=values.dtype)",
+        ),
+        _LEAF_IN_PLACE: _leaf_hint("values.new_zeros(num_segments, D)", "values"),
+        **_index_causes("the segment ids", "values.new_zeros(num_segments, D)"),
+    }
+    with _Calls() as calls, learner_code(
+        "calling segment_mean(values, ids, 4) with values (7, 4)",
+        _UNKNOWN_ERROR,
+        {**causes,
+         "is invalid for input of size": "segments are given by the ids, not by position: they need not be "
+                                         "contiguous nor of equal size, so no reshape",
+         _INDEX_NDIM: "index_add_ takes the 1-D ids, scatter_add_/scatter_reduce need them expanded to values' "
+                      "shape (ids.unsqueeze(1).expand_as(values))",
+         _INDEX_DTYPE: "the index must hold integers (.to(values) makes floats of them)",
+         "must match the size of tensor b": "two tensors' sizes do not line up (the message gives them). One way "
+                                            "this happens here: torch.bincount counts only up to the largest id "
+                                            "present unless given minlength=num_segments"},
+    ):
+        out = fn(values, ids, 4)
+    _expect_tensor(out)
+    _expect_untouched("values", values, kept_values)
+    _expect_untouched("segment_ids", ids, kept_ids)
+    expect(
+        out.shape != (3, 4),
+        "4 segments of width 4 give shape (4, 4); got (3, 4), as many rows as ids.max() + 1: the number of rows "
+        "is num_segments, not ids.max() + 1, as the last segments may have no rows (segment 3 has none here)",
+    )
+    expect(out.shape == (4, 4), f"4 segments of width 4 give shape (4, 4); got {_shape(out)}")
+    expect(out.dtype == values.dtype, f"return values' dtype ({values.dtype}); got {out.dtype}")
+    expect(
+        not torch.isnan(out).any(),
+        "an empty segment must give 0, not NaN: divide by the count clamped to at least 1, and start from "
+        "zeros (values.new_zeros), not torch.empty or new_empty: nothing is written to an empty segment's row, "
+        "so it keeps whatever the new memory held (the check fills new memory with NaN)",
+    )
+    expect(
+        not torch.allclose(out[:3], (want * counts / (counts + 1))[:3]),
+        "each mean is divided by one member too many: scatter_reduce(..., 'mean') counts the initial "
+        "zeros of the output as members unless you pass include_self=False",
+    )
+    expect(
+        not _one_member_kept(out, values, ids, counts.squeeze(1)),
+        "each segment holds one of its rows instead of their sum: scatter_ (and index_copy_) keep one of "
+        "the writes that meet at a position; repeated ids must add up, with scatter_add_ or index_add_",
+    )
+    expect(
+        not torch.equal(out[:3], want[:3].floor()),
+        "the means are rounded down: divide with /, not // (floor division); means need not be whole numbers",
+    )
+    expect(
+        not torch.allclose(out, want * counts / counts.clamp(min=1).T),
+        "each segment's sum must be divided by its own count. Counts of shape (S,) divide the columns (dim 1) "
+        "when broadcast against sums of shape (S, D); counts.unsqueeze(1) makes them divide the rows (dim 0)",
+    )
+    if not torch.allclose(out[:3], want[:3]):
+        _expect_not_expanded(out, "values.new_zeros(num_segments, D)")
+        _expect_written(out, calls.names)
         expect(
-            isinstance(got, numbers.Integral) and not isinstance(got, bool),
-            f"return an int (bytes); got {type(got).__name__}"
-            + (" (use integer arithmetic, or int(...))" if isinstance(got, float) else ""),
+            not torch.allclose(out, want * counts),
+            "each row holds its segment's sum: divide it by the number of rows in the segment (at least 1) to "
+            "get the mean",
         )
-        got = int(got)  # a NumPy integer (from np.prod) counts too
-        if got == want:
-            continue
-        breakdown = " + ".join(f"{v} ({k})" for k, v in parts.items())
-        cause = _likely_cause(model, parts, got)
-        expect(False, f"for {label}: {got} bytes, but one Adam step holds {want} = {breakdown}" + (
-            f". Likely cause: {cause}" if cause else ""))
+        expect(False, _unknown("row s must be the mean of the rows whose id is s", out, want))
+    expect(torch.equal(out[3], torch.zeros(4)), "the empty segment (id 3) must be a row of zeros")
+
+    # Another width, more segments than rows, float64, ids in no particular order, four empty segments.
+    values2 = torch.tensor([[1.5, -2.0], [4.0, 0.5], [-3.0, 7.0], [2.5, 1.0], [8.0, -6.0]], dtype=torch.float64)
+    ids2 = torch.tensor([4, 1, 1, 4, 0])
+    with learner_code(
+        "calling segment_mean on float64 values (5, 2) with 7 segments",
+        "create the output with values' dtype and num_segments rows (values.new_zeros(num_segments, D)); "
+        "anything added into it needs values' dtype too (values.new_ones, or dtype=values.dtype, for counts)",
+    ):
+        out2 = fn(values2, ids2, 7)
+    expect(
+        isinstance(out2, torch.Tensor) and out2.shape == (7, 2) and out2.dtype == torch.float64,
+        "float64 values (5, 2) in 7 segments must give a float64 result of shape (7, 2): take the dtype from "
+        f"values and the number of rows from num_segments (there may be more segments than rows); got "
+        f"{_shape(out2)}" + (f" {out2.dtype}" if isinstance(out2, torch.Tensor) else ""),
+    )
+    want2 = _segment_mean_reference(values2, ids2, 7)
+    if not torch.allclose(out2, want2):
+        expect(False, "with 7 segments of width 2 (ids 4, 1, 1, 4, 0) each row must hold its segment's mean, and "
+                      "the empty segments 2, 3, 5 and 6 zeros; " + _first_difference(out2, want2))
+
+    leaf = values.clone().requires_grad_()
+    with learner_code("back-propagating from the sum of your output", "use differentiable tensor operations", causes):
+        mean = fn(leaf * 1, ids, 4)  # not a leaf, as in a model: only a leaf the answer made refuses in-place edits
+        expect(
+            isinstance(mean, torch.Tensor) and mean.requires_grad,
+            "keep the result differentiable with respect to values: no .tolist(), .item() or torch.tensor(...) "
+            "of Python numbers",
+        )
+        mean.sum().backward()
+    share = (1.0 / counts.squeeze(1))[ids].unsqueeze(1).expand(-1, 4)
+    expect(
+        leaf.grad is not None and torch.allclose(leaf.grad, share),
+        "the gradient of a segment's mean reaches each of its rows with weight 1 / (rows in the segment)",
+    )
+    leaf2 = values2.clone().requires_grad_()
+    with learner_code("back-propagating from the sum of your output on float64 values (5, 2) with 7 segments",
+                      "use differentiable tensor operations", causes):
+        mean2 = fn(leaf2 * 1, ids2, 7)
+        expect(
+            isinstance(mean2, torch.Tensor) and mean2.requires_grad,
+            "keep the result differentiable with respect to values for every number of segments: no .tolist(), "
+            ".item() or torch.tensor(...) of Python numbers",
+        )
+        mean2.sum().backward()
+    share2 = (1.0 / torch.bincount(ids2, minlength=7).double())[ids2].unsqueeze(1).expand(-1, 2)
+    expect(
+        leaf2.grad is not None and torch.allclose(leaf2.grad, share2),
+        "with float64 values (5, 2) in 7 segments too, the gradient of a segment's mean reaches each of its rows "
+        "with weight 1 / (rows in the segment)",
+    )
+
+    _expect_on_input_device("values", fn, (values, ids, 4), out)
+
+
+# --- Exercise 4 ---------------------------------------------------------------------------------------
+
+
+@exercise("Exercise 4 · Count tokens per row")
+@_empty_memory_filled
+def check_count_tokens(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
+    """``fn(tokens, vocab_size)``: tokens (B, L) int64 → int64 (B, vocab_size), ``out[b, v]`` = how many
+    times ``v`` occurs in row ``b``; on the tokens' device."""
+    # B = 6 > the largest token (3), so counting along dim 0 instead of dim 1 runs without an error;
+    # token 4 never occurs, so a width taken from the data is too small; rows repeat tokens.
+    tokens = torch.tensor([[3, 1, 3, 3], [0, 0, 0, 0], [2, 1, 2, 0], [1, 1, 3, 2], [0, 3, 1, 2], [2, 2, 2, 1]])
+    kept = tokens.clone()
+    want = torch.stack([torch.bincount(row, minlength=5) for row in tokens])
+    with _Calls() as calls, learner_code(
+        "calling count_tokens(tokens, 5) with tokens (6, 4)",
+        _UNKNOWN_ERROR,
+        {**dict.fromkeys(_DTYPE_MISMATCH, "the values added must have the output's dtype (int64): "
+                                          "torch.ones_like(tokens)"),
+         _INDEX_NDIM: "scatter_add_ wants an index and a source with as many dimensions as the output: tokens "
+                      "itself, (B, L), and torch.ones_like(tokens)",
+         "stack expects each tensor to be equal size": "torch.bincount counts only up to the largest token present "
+                                                       "unless given minlength=vocab_size, so the rows' counts "
+                                                       "differ in length",
+         "too many indices": "index_put_ takes one index tensor per dimension of the output: rows and tokens",
+         "cannot be broadcast to indexing result": "index_put_ takes one index tensor per dimension of the output, "
+                                                   "rows and tokens; with the tokens alone each index picks a whole "
+                                                   "row, which the values do not fit",
+         "could not be broadcast together": "index_put_'s index tensors must broadcast together: rows of shape "
+                                            "(B, 1) (torch.arange(B, device=tokens.device)[:, None]) with tokens",
+         **_index_causes("the tokens", "tokens.new_zeros(B, vocab_size)")},
+    ):
+        out = fn(tokens, 5)
+    _expect_tensor(out)
+    _expect_untouched("tokens", tokens, kept)
+    expect(
+        out.dim() != 1,
+        f"6 rows and a vocabulary of 5 give shape (6, 5); got {_shape(out)}, one count per token for the whole "
+        "batch: each row keeps its own counts",
+    )
+    expect(
+        out.shape != (6, 4),
+        "6 rows and a vocabulary of 5 give shape (6, 5); got (6, 4), as wide as tokens.max() + 1: the width is "
+        "vocab_size, whatever tokens the rows hold (token 4 never occurs here)",
+    )
+    expect(out.shape == (6, 5), f"6 rows and a vocabulary of 5 give shape (6, 5); got {_shape(out)}")
+    expect(out.dtype == torch.int64, f"counts are whole numbers: return int64 (torch.long); got {out.dtype}")
+    expect(
+        bool(((out >= 0) & (out <= tokens.numel())).all()),
+        "the counts must lie between 0 and the number of tokens: start from zeros (tokens.new_zeros), not "
+        "torch.empty or new_empty, whose memory holds whatever was there (the check fills new memory with "
+        "the largest int64, so adding to it overflows)",
+    )
+    expect(
+        not torch.equal(out, want.clamp(max=1)),
+        "a token that occurs several times in a row is counted once: out[rows, tokens] += 1, scatter_ and "
+        "index_put_ without accumulate write each position once, however often it repeats. Make repeats "
+        "add up: scatter_add_, or index_put_(..., accumulate=True)",
+    )
+    if not torch.equal(out, want):
+        _expect_not_expanded(out, "tokens.new_zeros(B, vocab_size)")
+        _expect_written(out, calls.names)
+        expect(
+            not torch.equal(out, want.roll(-1, dims=1)),
+            "out[b, v] counts token v + 1, and the last column counts token 0: the tokens were shifted down by "
+            "one, as if counted from 1, and -1 indexed the last column. Tokens are zero-based already: use them "
+            "as they are",
+        )
+        expect(
+            not torch.equal(out, torch.zeros(6, 5, dtype=torch.long).scatter_add_(0, tokens, torch.ones_like(tokens))),
+            "the counts are those of a scatter_add_ along dim=0 (row tokens[b, l] of column l): add 1 along dim 1 "
+            "(the vocabulary axis), not dim 0, and keep the rows apart",
+        )
+        expect(False, _unknown("out[b, v] must count how often token v occurs in row b", out, want))
+    with learner_code("calling count_tokens(tensor([[1]]), 3)", "use vocab_size for the width"):
+        small = fn(torch.tensor([[1]]), 3)
+    expect(
+        isinstance(small, torch.Tensor) and small.tolist() == [[0, 1, 0]],
+        "use vocab_size for the width, not tokens.max() + 1: count_tokens(tensor([[1]]), 3) must be [[0, 1, 0]]",
+    )
+    _expect_on_input_device("tokens", fn, (tokens, 5), out)

@@ -1,508 +1,322 @@
-"""Checks for chapter 08 · Timing on several devices.
+"""Checks for chapter 08 · Operating a GPU.
 
-Exercise 1 runs the learner's timing function on simulated GPUs (``utils.fake_gpus``: work launched on
-a fake device finishes later on a virtual clock, and ``torch.cuda.synchronize`` /
-``torch.accelerator.synchronize`` wait for it), so it works on any machine and cannot be fooled or
-failed by the speed of the machine. Every device of the claim is tried in every role: the one whose
-work must be waited for after ``fn``, and the one whose earlier work must not be billed to ``fn``; lists
-with the CPU first or last, or one GPU that is not cuda:0, catch a device's place in the list taken for its index.
-The pretend machine has a current device, as a real one does: an answer may select each GPU and then call
-a bare ``synchronize()``, which is how ``torch.cuda.synchronize(d)`` works itself.
-Exercise 2 is a benchmark report to judge row by row. Exercise 3 checks the learner's function on two
-shapes on ``device``, then runs it on CPU copies under ``utils.timing.HostReads``, which notes the common
-calls that need tensor values on the host (and so, on a GPU, wait for the device): its hints read the same
-on a CPU and on a GPU, where notebooks compare them. Only after that, on a CUDA ``device``, the check runs
-it under ``torch.cuda.set_sync_debug_mode("error")``, which catches some synchronizations that
-``HostReads`` does not list (the check then says so, and that the call is unknown to it).
+Exercise 1 (memory of a training step) runs a real Adam step on the CPU on several small models and
+compares the answer with the bytes the step really holds.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
+import copy
+import functools
+import numbers
+import re
 from collections.abc import Callable, Iterator
-from unittest import mock
 
 import torch
-from torch.overrides import TorchFunctionMode
+import torch.nn.functional as F
+from torch import nn
 
-from utils.checks import exercise, expect, learner_code
-from utils.fake_gpus import FakeGPUs, fake_gpus
-from utils.timing import HostReads
+from utils.checks import ExerciseFailed, exercise, expect, learner_code
 
-__all__ = ["REASONS", "REPORT", "check_fixed_timer", "check_masked_mean", "check_report"]
+__all__ = ["check_accumulate", "check_training_bytes"]
 
 CPU = torch.device("cpu")
-
-
-# --- Exercise 1 · fix this timing code ------------------------------------------------------------
-
-def _cuda(i: int) -> torch.device:
-    return torch.device("cuda", i)
-
-
-def _names(devices) -> str:
-    return ", ".join(str(d) for d in devices) or "no device"
-
-
-class _Step:
-    """The ``fn`` handed to the learner: a little host time, then work launched on fake devices.
-
-    ``work`` maps a device index to the seconds launched there on every call; ``first_call`` is extra
-    host time on the first call only (a one-time cost). Each call notes how many synchronizations had
-    happened when it started, so the check can tell which devices were waited for after it.
-    """
-
-    def __init__(self, gpus: FakeGPUs, work: dict[int, float], first_call: float = 0.0, host: float = 1e-4) -> None:
-        self.gpus, self.work, self.first_call = gpus, work, first_call
-        self.host = host  # seconds of Python per call: launching is quick, but not free
-        self.calls = 0
-        self.synced_at_start: list[int] = []
-
-    def __call__(self) -> None:
-        self.calls += 1
-        self.synced_at_start.append(len(self.gpus.synced))
-        self.gpus.host(self.host + (self.first_call if self.calls == 1 else 0.0))
-        for index, seconds in self.work.items():
-            self.gpus.launch(index, seconds)
-
-    @property
-    def one_call(self) -> float:
-        """What a steady-state call takes: its host time, then the longest queue of work."""
-        return self.host + max(self.work.values(), default=0.0)
-
-
-class _Clock:
-    """The simulated clock handed to the learner; notes, at each reading, how many calls of fn and how
-    many synchronizations had happened, so the check can tell what the timed window held."""
-
-    def __init__(self, gpus: FakeGPUs, step: _Step) -> None:
-        self.gpus, self.step = gpus, step
-        self.reads: list[tuple[int, int]] = []  # (calls of fn so far, synchronizations so far)
-
-    def __call__(self) -> float:
-        self.reads.append((self.step.calls, len(self.gpus.synced)))
-        return self.gpus.clock()
-
-    def window(self) -> tuple[tuple[int, int], tuple[int, int]]:
-        """The readings that most likely start and stop the returned time: the last two."""
-        return self.reads[-2], self.reads[-1]
-
-    def synced_after_last_call(self) -> list[torch.device]:
-        """Devices waited for between the start of the last timed call and the clock's stop reading."""
-        (_, _), (calls, synced) = self.window()
-        return self.gpus.synced[self.step.synced_at_start[calls - 1]:synced] if calls else []
-
-    def synced_before_start(self) -> list[torch.device] | None:
-        """Devices waited for between the last call before the clock started and that reading (None: no call)."""
-        (calls, synced), _ = self.window()
-        return self.gpus.synced[self.step.synced_at_start[calls - 1]:synced] if calls else None
-
-    def timed_calls(self) -> int:
-        (before, _), (after, _) = self.window()
-        return after - before
-
-
-class _CpuAsked:
-    """Notes whether the learner's code handed the CPU to a call that takes GPUs only (``torch.cuda.device``,
-    ``set_device``, ``synchronize`` and their ``torch.accelerator`` twins all parse their argument with
-    ``_get_device_index``), so that the hint says "skip the CPU" only when that happened."""
-
-    def __init__(self) -> None:
-        self.asked = False
-        self._cuda_index, self._accelerator_index = torch.cuda._get_device_index, torch.accelerator._get_device_index
-
-    def _note(self, device: object) -> None:
-        if isinstance(device, str | torch.device) and str(device).split(":")[0] == "cpu":
-            self.asked = True
-
-    def cuda_index(self, device: object, optional: bool = False, allow_cpu: bool = False) -> int:
-        if not allow_cpu:
-            self._note(device)
-        return self._cuda_index(device, optional, allow_cpu)
-
-    def accelerator_index(self, device: object, optional: bool = False) -> int:
-        self._note(device)
-        return self._accelerator_index(device, optional)
-
-
-@contextlib.contextmanager
-def _machine(count: int) -> Iterator[tuple[FakeGPUs, _CpuAsked]]:
-    """``fake_gpus(count)`` of CUDA devices, noting whether a GPU-only call was handed the CPU. The
-    synchronize stand-ins parse their argument as torch does, so that the CPU is refused as on a GPU."""
-    with fake_gpus(count) as gpus, contextlib.ExitStack() as stack:
-        cpu = _CpuAsked()
-        patches = [
-            (torch.cuda, "_get_device_index", cpu.cuda_index),
-            (torch.accelerator, "_get_device_index", cpu.accelerator_index),
-        ]
-        if count:  # without a GPU, fake_gpus's synchronize already refuses
-            patches += [
-                (torch.cuda, "synchronize", lambda device=None: gpus.sync(cpu.cuda_index(device, optional=True))),
-                (torch.accelerator, "synchronize",
-                 lambda device=None, /: gpus.sync(cpu.accelerator_index(device, optional=True))),
-            ]
-        for module, name, replacement in patches:
-            stack.enter_context(mock.patch.object(module, name, replacement))
-        yield gpus, cpu
-
-
-_NO_GPU = ("it called synchronize on a machine without a GPU: with devices=[cpu] there is nothing to wait for; "
-           "synchronize only the CUDA devices in devices")
-_SKIP_CPU = ("torch.cuda.synchronize(d) accepts CUDA devices only: skip the CPU, whose work is finished when the "
-             "call that issued it returns")
-
-
-def _time_it(answer, gpus: FakeGPUs, cpu: _CpuAsked, step: _Step, devices: list[torch.device],
-             what: str) -> tuple[float, _Clock]:
-    clock = _Clock(gpus, step)
-    try:
-        result = answer(step, devices, clock)
-    except Exception:
-        with learner_code(f"calling time_on_devices(fn, {what}, clock)", _SKIP_CPU if cpu.asked else ""):
-            raise
-    expect(
-        isinstance(result, int | float) and not isinstance(result, bool),
-        f"time_on_devices must return the seconds as a number, got {type(result).__name__}"
-        + (" (a Timing: return its .median)" if type(result).__name__ == "Timing" else ""),
-    )
-    expect(math.isfinite(result), f"time_on_devices returned {result}: return a finite number of seconds")
-    expect(step.calls >= 1, "time_on_devices never called fn: call it, and time that call")
-    expect(
-        gpus.synced != [],
-        "it never waits for a device, so the clock measured how fast Python launched the work, not the work "
-        "itself. Synchronize every device in devices before reading the clock.",
-    )
-    expect(
-        len(clock.reads) >= 2,
-        "it does not read the time with clock(): use the clock the function is given (start = clock(), ..., "
-        "clock() - start); the check runs it on simulated GPUs with a simulated clock.",
-    )
-    expect(
-        result < 300 * step.one_call,
-        f"{result:g} for a call that takes {step.one_call * 1e3:.1f} ms: return seconds, not milliseconds",
-    )
-    return float(result), clock
-
-
-def _too_short(clock: _Clock, slow: torch.device, result: float, devices: list[torch.device]) -> str:
-    after = clock.synced_after_last_call()
-    strays = [d for d in dict.fromkeys(after) if d not in devices]
-    took = f"fn's slowest work takes {clock.step.one_call * 1e3:.1f} ms (on {slow}), and the time returned is " \
-           f"{result * 1e3:.1f} ms"
-    if slow in after:
-        return f"{took}: start the clock before calling fn, and read it again after synchronizing."
-    if slow in clock.gpus.synced[clock.window()[1][1]:]:
-        return f"{took}: read the clock after synchronizing, not before."
-    if not after:
-        return (f"{took}: it does not wait after fn, so the clock stopped when the work was launched. "
-                "Synchronize every device after fn too, then read the clock.")
-    if strays:
-        return (f"{took}: after fn it waited for {_names(strays)}, which devices [{_names(devices)}] does not hold, "
-                f"and not for {slow}. Synchronize each device d of devices itself, torch.cuda.synchronize(d): "
-                "its place in the list (enumerate(devices), range(len(devices))) is not its CUDA index, and a bare "
-                "torch.cuda.synchronize() waits for the current device (cuda:0) only.")
-    if set(after) == {_cuda(0)}:
-        return (f"{took}: after fn it waited for cuda:0 only. torch.cuda.synchronize() without an argument "
-                "waits for the current device (cuda:0) only: synchronize every device d in devices.")
-    return (f"{took}: after fn it waited for {_names(dict.fromkeys(after))} but not for {slow}. "
-            "Synchronize every device in devices, whatever their number and order.")
-
-
-def _too_long(clock: _Clock, devices: list[torch.device], result: float) -> str:
-    took = f"fn takes {clock.step.one_call * 1e3:.1f} ms, and the time returned is {result * 1e3:.1f} ms"
-    before = clock.synced_before_start()
-    if before is not None and not set(before) >= {d for d in devices if d.type != "cpu"}:
-        return (f"{took}: the work of the call before (a warm-up) was still queued when the clock started. "
-                "Synchronize every device before starting the clock.")
-    if clock.timed_calls() > 1:
-        return f"{took}: return the time of one call (divide by the number of calls you timed)."
-    return f"{took}: time one call of fn, from a clock reading after synchronizing to one after synchronizing."
-
-
-@exercise("Exercise 1 · Fix this timing code")
-def check_fixed_timer(time_on_devices: Callable[..., float]) -> None:
-    """``time_on_devices(fn, devices, clock)`` returns the seconds one steady-state call of ``fn`` takes."""
-    order = [_cuda(2), _cuda(0), _cuda(1)]
-    # 1. Every device in the role of the one with the long work: it must be waited for after fn.
-    for k in range(3):
-        with _machine(3) as (gpus, cpu):
-            step = _Step(gpus, {i: 0.060 if i == k else 0.002 for i in range(3)})
-            result, clock = _time_it(time_on_devices, gpus, cpu, step, order, "[cuda:2, cuda:0, cuda:1]")
-            expect(result >= 0.9 * step.one_call, _too_short(clock, _cuda(k), result, order))
-            expect(result <= 1.1 * step.one_call, _too_long(clock, order, result))
-    # 2. Every device in the role of the one with earlier work: it must be waited for before the clock starts.
-    for k in range(3):
-        with _machine(3) as (gpus, cpu):
-            gpus.launch(k, 0.200)  # queued before time_on_devices is called
-            step = _Step(gpus, {(k + 1) % 3: 0.010})
-            devices = [_cuda(0), _cuda(1), _cuda(2)]
-            result, clock = _time_it(time_on_devices, gpus, cpu, step, devices, "[cuda:0, cuda:1, cuda:2]")
-            expect(result >= 0.9 * step.one_call, _too_short(clock, _cuda((k + 1) % 3), result, devices))
-            bare = " (a bare torch.cuda.synchronize() waits for cuda:0 only)" if k else ""
-            expect(
-                result <= 1.1 * step.one_call,
-                f"fn takes {step.one_call * 1e3:.1f} ms, and the time returned is {result * 1e3:.1f} ms: 200 ms of "
-                f"work queued on cuda:{k} before the call were billed to fn. Synchronize every device in devices "
-                f"before starting the clock{bare}.",
-            )
-    # 3. The first call pays a one-time cost (think: CUDA context, cuBLAS handle) that is not fn's time.
-    with _machine(3) as (gpus, cpu):
-        step = _Step(gpus, {0: 0.010}, first_call=0.5)
-        result, _ = _time_it(time_on_devices, gpus, cpu, step, [_cuda(0)], "[cuda:0]")
-        expect(
-            result <= 1.1 * step.one_call,
-            f"fn's first call pays a one-time cost of 500 ms, later calls take {step.one_call * 1e3:.1f} ms, and "
-            f"the time returned is {result * 1e3:.1f} ms: it includes the warm-up. Call fn once before starting "
-            "the clock, and do not time that call.",
-        )
-    # 4. The CPU first or last among the devices: nothing to wait for, and CUDA must not be asked to. And one GPU
-    #    that is not cuda:0, at any place in the list: a GPU is named by its index, not by its place.
-    for devices in ([CPU, _cuda(1)], [_cuda(2), CPU], [_cuda(1)]):
-        slow = next(d for d in devices if d.type == "cuda")
-        with _machine(3) as (gpus, cpu):
-            step = _Step(gpus, {slow.index: 0.020})
-            result, clock = _time_it(time_on_devices, gpus, cpu, step, devices, f"[{_names(devices)}]")
-            expect(result >= 0.9 * step.one_call, _too_short(clock, slow, result, devices))
-    # 5. A machine without a GPU, and CPU work only: no CUDA call at all.
-    with _machine(0) as (gpus, _):
-        step = _Step(gpus, {}, host=0.003)  # CPU work only: done when fn returns
-        clock = _Clock(gpus, step)
-        with learner_code("calling time_on_devices(fn, [cpu], clock) on a machine without a GPU",
-                          causes={"synchronize called, but this (fake) machine has no": _NO_GPU}):
-            result = time_on_devices(step, [CPU], clock)
-        expect(isinstance(result, int | float) and abs(result - 0.003) < 3e-4,
-               f"fn spends 3 ms on the CPU, and with devices=[cpu] the time returned is {result!r}: read the clock "
-               "just before calling fn and again after it")
-
-
-# --- Exercise 2 · which rows can you trust? --------------------------------------------------------
-
-#: A benchmark report from a machine with two identical GPUs. One step is four equal chunks of matrix
-#: products, 10 ms each on either GPU. Each row: how it was measured → milliseconds.
-REPORT: dict[str, tuple[str, float]] = {
-    "A": ("first call ever, 4 chunks on cuda:0, each device synchronized before and after", 412.0),
-    "B": ("4 chunks on cuda:0, time.perf_counter() around the launches, no synchronization", 0.21),
-    "C": ("4 chunks on cuda:0, each device synchronized before and after, median of 20 after warm-up", 40.3),
-    "D": ("1 chunk on cuda:0 and 3 on cuda:1, torch.cuda.synchronize() before and after, median of 20 "
-          "after warm-up", 10.2),
-    "E": ("2 chunks on each GPU, each device synchronized before and after, median of 20 after warm-up", 20.4),
-    "F": ("2 chunks on each GPU, one run right after a 50 ms copy to cuda:1 was queued, each device "
-          "synchronized after but not before", 70.5),
-}
-
-#: What can be said of a row, by key.
-REASONS: dict[str, str] = {
-    "ok": "a steady-state time of one step: use it",
-    "launch": "it never waits for the GPUs, so it measures the kernel launches, not the work",
-    "current-device": "it waits for the current device only, so the other GPU's work is not counted",
-    "warm-up": "it includes one-time start-up costs (CUDA context, cuBLAS handles, memory pool)",
-    "earlier-work": "it starts the clock while earlier work is still queued, and bills that work to the step",
-}
-
-_EXPECTED = {"A": "warm-up", "B": "launch", "C": "ok", "D": "current-device", "E": "ok", "F": "earlier-work"}
-
-_HINTS = {
-    ("A", "ok"): "A is the first call ever: a steady-state step does not pay for creating the CUDA context and "
-                 "cuBLAS handles again.",
-    ("A", None): "A waited for both devices, and its label says what makes it slow: the first call ever.",
-    ("B", "ok"): "B never synchronized: 0.21 ms is how long Python took to launch the work.",
-    ("B", None): "B's label says no synchronization: what does a stopwatch around launches measure?",
-    ("C", None): "C follows every rule: 4 chunks of 10 ms on one GPU take 40 ms.",
-    ("D", "ok"): "D reports 10 ms although cuda:1 had 3 chunks, 30 ms of work, and E with 2 + 2 chunks takes 20 ms. "
-                 "Which device does torch.cuda.synchronize() without an argument wait for?",
-    ("D", "launch"): "D did wait for something: 10 ms is one chunk of work, fifty times the launches of B.",
-    ("D", "warm-up"): "a one-time cost would make D larger, not smaller, and D was measured after warm-up.",
-    ("D", "earlier-work"): "earlier work would make D larger, not smaller than what its GPUs had to do.",
-    ("E", None): "E is consistent: two chunks on each GPU, both working at once, take 20 ms.",
-    ("F", "ok"): "F took 70 ms for 20 ms of work per GPU: what was still queued on cuda:1 when the clock started?",
-    ("F", None): "F synchronized each device after the step, so nothing was missed at the end: the extra 50 ms "
-                 "come from before it.",
-}
-
-
-@exercise("Exercise 2 · Which rows can you trust?")
-def check_report(answer: Callable[[], tuple[dict[str, str], float]]) -> None:
-    """``answer()`` returns ``(verdicts, should_be_ms)``: a key of ``REASONS`` for every row of ``REPORT``,
-    and the milliseconds that D, the one row that synchronized yet reports less than its step takes, should
-    show."""
-    with learner_code("calling your answer()"):
-        result = answer()
-    expect(
-        isinstance(result, tuple) and len(result) == 2,
-        "return a tuple (verdicts, should_be_ms), e.g. ({'A': 'warm-up', 'B': ..., ...}, 12.0)",
-    )
-    verdicts, should_be = result
-    expect(isinstance(verdicts, dict), f"verdicts must be a dict from row to reason, got {type(verdicts).__name__}")
-    expect(set(verdicts) == set(REPORT),
-           f"give a verdict for every row {sorted(REPORT)}, got {sorted(verdicts, key=repr)}")
-    for row in REPORT:
-        reason = verdicts[row]
-        expect(
-            isinstance(reason, str),
-            f"row {row}: give one key of REASONS, a string such as 'ok', not a {type(reason).__name__} ({reason!r})",
-        )
-        expect(reason in REASONS, f"row {row}: {reason!r} is not one of the REASONS {sorted(REASONS)}")
-        if reason != _EXPECTED[row]:
-            expect(False, f"row {row}: " + _HINTS.get((row, reason), _HINTS.get((row, None), "look again.")))
-    expect(
-        isinstance(should_be, int | float) and not isinstance(should_be, bool),
-        f"should_be_ms must be a number of milliseconds, got {type(should_be).__name__}",
-    )
-    expect(
-        27.0 <= should_be <= 34.0,
-        f"{should_be} ms is not what D should show: both GPUs work at the same time, so the step ends when the "
-        "busier one finishes. How long does cuda:1 need for its chunks?",
-    )
-
-
-# --- Exercise 3 · a masked mean without a hidden synchronization ------------------------------------
-
-#: Two batches, so that an answer written for one shape (a literal 4 or 5, a squeeze that also drops a batch
-#: of one) is caught: (4, 5) with rows of two, none, all and one True entries; (1, 3) with one row.
-_CASES = (
-    (torch.tensor([[1.0, -2.0, 3.0, 0.5, 4.0],
-                   [2.0, 2.0, -1.0, 5.0, 1.5],
-                   [-3.0, 1.0, 1.0, 2.0, -0.5],
-                   [0.25, 8.0, -4.0, 1.0, 2.0]]),
-     torch.tensor([[True, False, True, False, False],    # two entries
-                   [False, False, False, False, False],  # none: the mean is 0
-                   [True, True, True, True, True],       # all
-                   [False, True, False, False, False]])),  # one
-    (torch.tensor([[2.0, -1.0, 4.5]]),
-     torch.tensor([[True, False, True]])),
+_CUDA = re.compile(r"cuda|nvidia", re.IGNORECASE)
+_HARD_CODED = (
+    "a hard-coded device such as .cuda() or device='cuda' (torch.device('cuda') fails where there is no "
+    "GPU, and elsewhere puts tensors where the caller did not ask): take the device from the input "
+    "(x.device) or leave it to .to(device)"
 )
 
 
-def _reference(x: torch.Tensor, mask: torch.Tensor) -> list[float]:
-    rows = []
-    for values, keep in zip(x.tolist(), mask.tolist(), strict=True):
-        chosen = [v for v, k in zip(values, keep, strict=True) if k]
-        rows.append(sum(chosen) / len(chosen) if chosen else 0.0)
-    return rows
-
-
-def _place(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A copy of ``tensor`` on ``device`` (the tests replace it to play the CUDA path on the CPU)."""
-    return tensor.clone().to(device)
-
-
 @contextlib.contextmanager
-def _sync_errors(device: torch.device) -> Iterator[None]:
-    """On a CUDA device: an operation that synchronizes with the host raises instead of waiting (for the
-    operations that ``torch.cuda.set_sync_debug_mode`` covers, which are not all of them)."""
-    if device.type != "cuda":
-        yield
-        return
-    before = torch.cuda.get_sync_debug_mode()
-    torch.cuda.set_sync_debug_mode("error")
+def _calling(what: str, hint: str, on: torch.device = CPU) -> Iterator[None]:
+    """:func:`learner_code` that recognizes a hard-coded CUDA device in the error."""
     try:
         yield
-    finally:
-        torch.cuda.set_sync_debug_mode(before)
+    except ExerciseFailed:
+        raise
+    except Exception as err:
+        if on.type != "cuda" and _CUDA.search(f"{type(err).__name__}: {err}"):
+            hint = _HARD_CODED
+        with learner_code(what, hint):
+            raise err from None
 
 
-_NEEDS_HOST = (
-    "needs the values on the host. On a GPU the host then waits for the device: a hidden synchronization. "
-    "Keep every shape fixed and every value on the device: torch.where(mask, x, 0) or x * mask, then sums."
-)
+def _own_rng(check: Callable[..., None]) -> Callable[..., None]:
+    """Run ``check`` with its own CPU random state, so calling it leaves the learner's unchanged."""
+
+    @functools.wraps(check)
+    def run(*args, **kwargs) -> None:
+        with torch.random.fork_rng(devices=[]):
+            torch.default_generator.manual_seed(6)
+            check(*args, **kwargs)
+
+    return run
 
 
-def _shape(t: torch.Tensor) -> str:
-    return str(tuple(t.shape))
+# --- Exercise 1 ------------------------------------------------------------------------------------
 
 
-@exercise("Exercise 3 · A masked mean without a hidden synchronization")
-def check_masked_mean(masked_mean: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                      device: torch.device | str = CPU) -> None:
-    """``masked_mean(x, mask)``: per row of ``x`` (batch, n), the mean of the entries where ``mask`` is True
-    (0 for a row without any), on ``x``'s device, with no operation that needs the values on the host.
-
-    The values are checked on ``device`` for two shapes. What the answer asks of the host is watched with
-    ``HostReads`` on CPU copies, so that the hint is the same on every machine; on a CUDA ``device`` the
-    answer then runs under ``torch.cuda.set_sync_debug_mode("error")`` too, which catches synchronizations
-    that ``HostReads`` does not list (the cause is then unknown to the check)."""
-    device = torch.device(device)
-    for x_ref, mask_ref in _CASES:
-        batch, n = x_ref.shape
-        x, mask = _place(x_ref, device), _place(mask_ref, device)
-        with learner_code(f"calling masked_mean(x, mask) on a {_shape(x_ref)} batch"):
-            out = masked_mean(x, mask)
-        expect(isinstance(out, torch.Tensor), f"return a tensor, got {type(out).__name__}")
-        inputs = (("x", x, x_ref), ("mask", mask, mask_ref))
-        changed = [name for name, t, ref in inputs if not torch.equal(t.cpu(), ref)]
-        expect(not changed, f"masked_mean changed {' and '.join(changed)} in place: compute a new tensor and "
-                            "leave the inputs as they were")
-        expect(out.device == x.device, f"the result is on {out.device}, the input on {x.device}: keep it on x's device")
-        if batch == 1 and out.shape == ():
-            seen = "the batch dim is gone: a batch of one row still needs a result of shape (1,)"
-        elif out.shape == ():
-            seen = "one number for the whole batch: reduce over the last dim only"
-        else:
-            seen = f"one mean per row, shape ({batch},)"
-        expect(out.shape == (batch,), f"x has shape {_shape(x_ref)} and the result {_shape(out)}: {seen}")
-        expect(out.is_floating_point(), f"the means must be floating point, got {out.dtype}")
-        got, want = out.detach().cpu().tolist(), _reference(x_ref, mask_ref)
-        for row, keep in enumerate(mask_ref.tolist()):
-            expect(
-                any(keep) or not math.isnan(got[row]),
-                f"row {row} of the {_shape(x_ref)} batch has no True entry and its mean came out nan (0 / 0): divide "
-                "by the count clamped to at least 1, or use torch.where, so such a row gives 0",
-            )
-        divided_by_n = (torch.where(mask_ref, x_ref, 0.0).sum(-1) / n).tolist()
-        expect(
-            not all(math.isclose(g, d, abs_tol=1e-5) for g, d in zip(got, divided_by_n, strict=True)),
-            f"in the {_shape(x_ref)} batch it divides every row by its length ({n}): divide by the number of True "
-            "entries in the row instead",
-        )
-        for row, (g, w) in enumerate(zip(got, want, strict=True)):
-            expect(math.isclose(g, w, abs_tol=1e-5),
-                   f"row {row} of the {_shape(x_ref)} batch should have mean {w:g}, got {g:g}")
-    # What needs the values on the host (on a GPU, each such call waits for the device), and tensors made
-    # on the default device instead of x's (on a CPU-only machine both are the CPU; on a GPU they are not).
-    # Watched on CPU copies, so that the verdict and its words are the same on a CPU and on a GPU.
-    for x_ref, mask_ref in _CASES:
-        with learner_code(f"calling masked_mean(x, mask) again on a {_shape(x_ref)} batch, watching what it asks "
-                          "of the host"), HostReads() as reads, _DefaultDeviceFactories() as made:
-            masked_mean(x_ref.clone(), mask_ref.clone())
-        expect(not reads, f"it calls {', '.join(dict.fromkeys(reads))}, which {_NEEDS_HOST}")
-        expect(not made, f"it creates a tensor with {made[0] if made else ''} and no device=: that lands on the "
-                         "default device (the CPU), not on x's device. Pass device=x.device, or build it from x "
-                         "(torch.zeros_like, x.new_zeros)")
-    # On a GPU: the synchronizations HostReads does not list.
-    if device.type == "cuda":
-        for x_ref, mask_ref in _CASES:
-            x, mask = _place(x_ref, device), _place(mask_ref, device)
-            with learner_code(f"calling masked_mean(x, mask) on {device.type} under "
-                              "torch.cuda.set_sync_debug_mode('error')"), _sync_errors(device):
-                try:
-                    masked_mean(x, mask)
-                except RuntimeError as err:
-                    if "synchroniz" not in str(err):
-                        raise
-                    expect(False, "on the GPU, under torch.cuda.set_sync_debug_mode('error'), a call it makes "
-                                  "synchronized with the host. HostReads listed none of its calls, so which one "
-                                  f"it was is unknown here; the error said: {err}. That call {_NEEDS_HOST}")
+def _measured(model: nn.Module) -> dict[str, int]:
+    """Run one Adam step on a copy and add up what it holds (the ground truth for exercise 3)."""
+    model = copy.deepcopy(model)
+    params = list(model.parameters())
+    trainable = [p for p in params if p.requires_grad]
+    optimizer = torch.optim.Adam(trainable, lr=1e-3)
+    first = next(m for m in model.modules() if isinstance(m, nn.Linear))
+    dtype = first.weight.dtype
+    x = torch.randn(3, first.in_features, dtype=dtype, generator=torch.Generator().manual_seed(0))
+    out = model(x)
+    F.mse_loss(out, torch.zeros_like(out)).backward()
+    optimizer.step()
+    return {
+        "parameters": sum(p.numel() * p.element_size() for p in params),
+        "gradients": sum(p.grad.numel() * p.grad.element_size() for p in trainable),
+        "Adam's two averages": sum(
+            optimizer.state[p][k].numel() * optimizer.state[p][k].element_size()
+            for p in trainable
+            for k in ("exp_avg", "exp_avg_sq")
+        ),
+    }
 
 
-class _DefaultDeviceFactories(TorchFunctionMode):
-    """Notes factory calls without ``device=`` that make a tensor of one or more dimensions."""
+def _likely_cause(model: nn.Module, parts: dict[str, int], got: int) -> str | None:
+    """The popular mistake that gives ``got`` bytes for ``model``, if one does."""
+    unique = list(model.parameters())
+    every = [p for _, p in model.named_parameters(remove_duplicate=False)]
+    nbytes = sum(p.numel() * p.element_size() for p in unique)
+    trained = sum(p.numel() * p.element_size() for p in unique if p.requires_grad)
+    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+    want = sum(parts.values())
+    copies = sum((4 if p.requires_grad else 1) * p.numel() for p in unique)
+    one_level = {id(p): p for child in model.children() for p in child.parameters(recurse=False)}.values()
+    guesses = [  # the likelier mistake first where two give the same total
+        (4 * nbytes, "frozen parameters (requires_grad=False) get no gradient and no Adam state"),
+        (4 * copies, "each number takes its dtype's size (p.element_size()), not always 4 bytes"),
+        (
+            unique[0].element_size() * copies,
+            "each parameter counts with its own dtype's size (p.element_size() of every parameter): this "
+            "model mixes float64 and float32, so one size for the whole model is wrong",
+        ),
+        (
+            sum((4 if p.requires_grad else 1) * p.numel() * p.element_size() for p in every),
+            "a layer used twice holds its parameters once, and a weight shared by two layers is one tensor: "
+            "model.parameters() already skips the repeat (model.modules() does not, for a shared weight)",
+        ),
+        (want + buffers, "buffers (such as BatchNorm's running statistics) are not trained: do not count them"),
+        (want + 4 * buffers, "buffers (such as BatchNorm's running statistics) are not trained: do not count them"),
+        (8 * want, "count bytes, not bits"),
+        # before "gradients missing", which gives the same total in float64 but fails the float32 case first
+        (
+            nbytes + trained + 8 * sum(p.numel() for p in unique if p.requires_grad),
+            "Adam's two averages have the parameter's dtype (p.element_size() bytes each), not always 4 bytes",
+        ),
+        (nbytes + 2 * trained, "the gradients are missing (one per trainable parameter, of its size and dtype)"),
+        (nbytes + trained, "Adam's two running averages are missing (exp_avg and exp_avg_sq)"),
+        (
+            sum((4 if p.requires_grad else 1) * p.numel() * p.element_size() for p in one_level),
+            "the count reads only the parameters of the model's direct children: a bare layer has no children, "
+            "and a nested nn.Sequential keeps its layers one level further down. model.parameters() walks the "
+            "whole tree",
+        ),
+    ]
+    return next((cause for total, cause in guesses if total == got and total != want), None)
 
-    FACTORIES = frozenset({"zeros", "ones", "empty", "full", "arange", "linspace", "eye", "rand", "randn",
-                           "randint", "tensor", "as_tensor"})
 
-    def __init__(self) -> None:
+class _MixedPrecision(nn.Module):
+    """A float64 layer feeding a float32 one: one model, two element sizes."""
+
+    def __init__(self):
         super().__init__()
-        self.made: list[str] = []
+        self.first = nn.Linear(5, 7, dtype=torch.float64)
+        self.second = nn.Linear(7, 3)
 
-    def __enter__(self) -> list[str]:  # type: ignore[override]
-        super().__enter__()
-        return self.made
+    def forward(self, x):
+        return self.second(torch.relu(self.first(x)).float())
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        name = getattr(func, "__name__", "")
-        if name in self.FACTORIES and kwargs.get("device") is None and isinstance(out, torch.Tensor) and out.dim():
-            self.made.append(f"torch.{name}")
-        return out
+
+class _SharedWeight(nn.Module):
+    """Two layers, one weight (as chapter 03 ties an embedding to a head): one tensor, two owners."""
+
+    def __init__(self):
+        super().__init__()
+        self.encode, self.decode = nn.Linear(4, 4), nn.Linear(4, 4)
+        self.decode.weight = self.encode.weight
+
+    def forward(self, x):
+        return self.decode(torch.relu(self.encode(x)))
+
+
+def _cases() -> dict[str, nn.Module]:
+    mlp = nn.Sequential(nn.Linear(5, 7), nn.ReLU(), nn.Linear(7, 3))
+    frozen = copy.deepcopy(mlp)
+    frozen[0].requires_grad_(False)
+    shared = nn.Linear(6, 6)
+    tied = nn.Sequential(nn.Linear(4, 6), shared, nn.ReLU(), shared)
+    normed = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.Linear(6, 2))
+    return {
+        "a float32 MLP": mlp,
+        "the same MLP with its first layer frozen": frozen,
+        "the MLP in float64": copy.deepcopy(mlp).double(),
+        "the MLP in bfloat16": copy.deepcopy(mlp).to(torch.bfloat16),
+        "a model that uses one layer twice": tied,
+        "a model whose two layers share one weight": _SharedWeight(),
+        "a model with BatchNorm buffers": normed,
+        "a model with a float64 and a float32 layer": _MixedPrecision(),
+        "a bare nn.Linear(5, 3) layer": nn.Linear(5, 3),
+        "an MLP nested in an nn.Sequential": nn.Sequential(nn.Sequential(nn.Linear(5, 7), nn.ReLU()), nn.Linear(7, 3)),
+    }
+
+
+@exercise("Exercise 1 · Memory of a training step")
+@_own_rng
+def check_training_bytes(fn: Callable[[nn.Module], int]) -> None:
+    """``fn(model) -> int``: bytes of parameters + gradients + Adam's two moment estimates.
+
+    Frozen parameters (``requires_grad=False``) have no gradient and no Adam state; each parameter
+    counts with its own dtype's size; a parameter used twice counts once; buffers do not count. The
+    model passed in is fresh: it has run no forward or backward, so its ``.grad`` fields are ``None``.
+    """
+    for label, model in _cases().items():
+        parts = _measured(model)
+        want = sum(parts.values())
+        with _calling(
+            f"your function on {label}",
+            "the model has not been trained, so p.grad is None: count from each parameter's numel() and element_size()",
+        ):
+            got = fn(copy.deepcopy(model))
+        expect(
+            isinstance(got, numbers.Integral) and not isinstance(got, bool),
+            f"return an int (bytes); got {type(got).__name__}"
+            + (" (use integer arithmetic, or int(...))" if isinstance(got, float) else ""),
+        )
+        got = int(got)  # a NumPy integer (from np.prod) counts too
+        if got == want:
+            continue
+        breakdown = " + ".join(f"{v} ({k})" for k, v in parts.items())
+        cause = _likely_cause(model, parts, got)
+        expect(
+            False,
+            f"for {label}: {got} bytes, but one Adam step holds {want} = {breakdown}"
+            + (f". Likely cause: {cause}" if cause else ""),
+        )
+
+
+# --- Exercise 2 ------------------------------------------------------------------------------------
+
+
+def _regression() -> tuple[nn.Module, Callable, torch.Tensor, torch.Tensor]:
+    model = nn.Sequential(nn.Linear(3, 5), nn.ReLU(), nn.Linear(5, 2))
+    return model, F.mse_loss, torch.randn(10, 3), torch.randn(10, 2)
+
+
+def _classifier() -> tuple[nn.Module, Callable, torch.Tensor, torch.Tensor]:
+    model = nn.Sequential(nn.Sequential(nn.Linear(4, 6), nn.Tanh()), nn.Linear(6, 3))
+    return model, F.cross_entropy, torch.randn(7, 4), torch.randint(0, 3, (7,))
+
+
+def _bare() -> tuple[nn.Module, Callable, torch.Tensor, torch.Tensor]:
+    return nn.Linear(2, 1), F.l1_loss, torch.randn(8, 2), torch.randn(8, 1)
+
+
+def _grads_of(model: nn.Module, loss_fn: Callable, pieces: list[tuple[torch.Tensor, torch.Tensor]],
+              weights: list[float], keep: str = "all") -> list[torch.Tensor]:
+    """The gradients that ``sum(w * loss_fn(model(xb), yb))`` leaves, on a copy (``keep="last"``: the last piece's)."""
+    model = copy.deepcopy(model)
+    if keep == "last":
+        pieces, weights = pieces[-1:], weights[-1:]
+    total = sum(w * loss_fn(model(xb), yb) for (xb, yb), w in zip(pieces, weights, strict=True))
+    return list(torch.autograd.grad(total, list(model.parameters())))
+
+
+def _close(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return all(torch.allclose(p, q, rtol=1e-4, atol=1e-6) for p, q in zip(a, b, strict=True))
+
+
+#: The error ``backward()`` raises on a loss that autograd did not record, and what causes it.
+_CUT_OFF = {
+    "does not require grad and does not have a grad_fn": (
+        "backward was called on a loss that autograd did not record: a loss computed under torch.no_grad(), "
+        "or from a .detach()ed tensor, has no graph to go back through"
+    ),
+}
+
+
+@exercise("Exercise 2 · Accumulate gradients")
+@_own_rng
+def check_accumulate(fn: Callable[..., None]) -> None:
+    """``fn(model, loss_fn, x, y, size)``: the whole batch's gradient, from micro-batches of at most ``size`` rows.
+
+    Tried on an MLP with ``mse_loss``, a nested classifier with ``cross_entropy`` and a bare layer with
+    ``l1_loss``, with sizes that divide the batch, that do not, and that cover it in one piece.
+    """
+    cases = [(_regression, 2), (_regression, 4), (_classifier, 3), (_classifier, 7), (_bare, 4), (_bare, 3)]
+    for make, size in cases:
+        model, loss_fn, x, y = make()
+        label = f"{len(x)} rows in micro-batches of at most {size} ({loss_fn.__name__}, {type(model).__name__})"
+        before = [p.detach().clone() for p in model.parameters()]
+        events: list[object] = []
+
+        def record(module, args, out, events=events):
+            events.append(len(args[0]))
+            if isinstance(out, torch.Tensor) and out.requires_grad:
+                out.register_hook(lambda grad: events.append("backward"))
+
+        handle = model.register_forward_hook(record)
+        try:
+            with learner_code(f"your function on {label}", causes=_CUT_OFF):
+                fn(model, loss_fn, x, y, size)
+        finally:
+            handle.remove()
+
+        grads = [p.grad for p in model.parameters()]
+        expect(
+            all(g is not None for g in grads),
+            f"for {label}: no gradient reached the parameters. Call loss.backward() on each micro-batch's loss "
+            "(outside torch.no_grad(), and not on a detached loss)",
+        )
+        expect(
+            all(torch.equal(p.detach(), b) for p, b in zip(model.parameters(), before, strict=True)),
+            f"for {label}: the parameters changed. Only accumulate the gradients: the optimizer steps later",
+        )
+        rows = [e for e in events if isinstance(e, int)]
+        expect(
+            max(rows, default=0) <= size,
+            f"for {label}: the model saw {max(rows, default=0)} rows in one call. Run it on micro-batches of at "
+            f"most {size} rows: x.split({size})",
+        )
+        expect(sum(rows) == len(x), f"for {label}: the model saw {sum(rows)} rows in all, but the batch has {len(x)}")
+        calls = [e for e in events if e == "backward"]
+        interleaved = all(events[i + 1] == "backward" for i, e in enumerate(events[:-1]) if isinstance(e, int))
+        expect(
+            len(calls) == len(rows) and interleaved and events[-1] == "backward",
+            f"for {label}: backward ran {len(calls)} time(s) after all {len(rows)} forward calls. Call backward on "
+            "each micro-batch's loss before the next forward: one backward on the summed losses keeps every "
+            "micro-batch's activations alive, which is what accumulation avoids",
+        )
+
+        model_before = copy.deepcopy(model)
+        with torch.no_grad():
+            for p, b in zip(model_before.parameters(), before, strict=True):
+                p.copy_(b)
+        pieces = list(zip(x.split(size), y.split(size), strict=True))
+        shares = [len(xb) / len(x) for xb, _ in pieces]
+        want = _grads_of(model_before, loss_fn, [(x, y)], [1.0])
+        if _close(grads, want):
+            continue
+        causes = [
+            (_grads_of(model_before, loss_fn, pieces, [1.0] * len(pieces)),
+             "Each micro-batch's mean loss went to backward as it is, so the gradients add up to about "
+             f"{len(pieces)} times the batch's: scale each loss by its share of the rows, len(xb) / len(x)"),
+            (_grads_of(model_before, loss_fn, pieces, [1 / len(pieces)] * len(pieces)),
+             "Each loss was divided by the number of micro-batches, but they are not all the same size here: "
+             "scale each by its share of the rows, len(xb) / len(x)"),
+            (_grads_of(model_before, loss_fn, pieces, shares, keep="last"),
+             "Only the last micro-batch's gradient is left: gradients add up in .grad by themselves, so do not "
+             "zero them (zero_grad) between micro-batches"),
+        ]
+        cause = next((hint for got, hint in causes if _close(grads, got)), None)
+        expect(False, f"for {label}: the gradients differ from the whole batch's. " + (
+            cause or "The cause is unknown: compare with loss_fn(model(x), y).backward() on a copy of the model"))

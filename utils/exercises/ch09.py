@@ -1,385 +1,508 @@
-"""Checks for chapter 09 · Data-parallel training with torchrun.
+"""Checks for chapter 09 · Timing on several devices.
 
-Exercises 1 and 2 compare a learner's answer with what PyTorch itself does: a ``DistributedSampler``
-built for each rank (no process group is needed for that: ``num_replicas`` and ``rank`` are passed
-explicitly) and the ``DataLoader`` over it, on sizes that divide evenly and sizes that do not.
-Exercise 3 hands the learner's step a stand-in for ``DistributedDataParallel`` (:class:`RecordingDDP`)
-that records, as DDP decides it (from ``no_sync()`` or DDP's own ``require_backward_grad_sync`` flag), which
-forward passes set up an all-reduce, and an optimizer
-(:class:`RecordingSGD`) that records its calls and the gradients it steps with.
+Exercise 1 runs the learner's timing function on simulated GPUs (``utils.fake_gpus``: work launched on
+a fake device finishes later on a virtual clock, and ``torch.cuda.synchronize`` /
+``torch.accelerator.synchronize`` wait for it), so it works on any machine and cannot be fooled or
+failed by the speed of the machine. Every device of the claim is tried in every role: the one whose
+work must be waited for after ``fn``, and the one whose earlier work must not be billed to ``fn``; lists
+with the CPU first or last, or one GPU that is not cuda:0, catch a device's place in the list taken for its index.
+The pretend machine has a current device, as a real one does: an answer may select each GPU and then call
+a bare ``synchronize()``, which is how ``torch.cuda.synchronize(d)`` works itself.
+Exercise 2 is a benchmark report to judge row by row. Exercise 3 checks the learner's function on two
+shapes on ``device``, then runs it on CPU copies under ``utils.timing.HostReads``, which notes the common
+calls that need tensor values on the host (and so, on a GPU, wait for the device): its hints read the same
+on a CPU and on a GPU, where notebooks compare them. Only after that, on a CUDA ``device``, the check runs
+it under ``torch.cuda.set_sync_debug_mode("error")``, which catches some synchronizations that
+``HostReads`` does not list (the check then says so, and that the call is unknown to it).
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import math
-import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from unittest import mock
 
 import torch
-from torch import nn
+from torch.overrides import TorchFunctionMode
 
-from utils._validate import check_int
 from utils.checks import exercise, expect, learner_code
+from utils.fake_gpus import FakeGPUs, fake_gpus
+from utils.timing import HostReads
 
-__all__ = [
-    "RecordingDDP",
-    "RecordingSGD",
-    "check_accumulate_step",
-    "check_ddp_numbers",
-    "check_epoch_shards",
-    "true_ddp_numbers",
-    "true_epoch_shards",
-]
+__all__ = ["REASONS", "REPORT", "check_fixed_timer", "check_masked_mean", "check_report"]
+
+CPU = torch.device("cpu")
 
 
-def true_ddp_numbers(n_samples: int, world_size: int, batch_size: int) -> tuple[int, int]:
-    """``(global_batch, steps_per_epoch)`` of a run, measured on a real sampler and loader.
+# --- Exercise 1 · fix this timing code ------------------------------------------------------------
 
-    Every process uses ``DistributedSampler(..., drop_last=False)`` and
-    ``DataLoader(batch_size=batch_size, drop_last=False)``; one step is one batch in every process.
-    """
-    from torch.utils.data import DataLoader, DistributedSampler
-
-    n_samples = check_int(n_samples, "n_samples", 1)
-    world_size = check_int(world_size, "world_size", 1)
-    batch_size = check_int(batch_size, "batch_size", 1)
-    data = range(n_samples)
-    steps = {
-        len(DataLoader(data, batch_size=batch_size, sampler=DistributedSampler(data, world_size, rank)))
-        for rank in range(world_size)
-    }
-    if len(steps) != 1:  # the sampler pads, so every rank takes the same number of steps
-        raise AssertionError(f"ranks disagree on the number of steps: {steps}")
-    return world_size * batch_size, steps.pop()
+def _cuda(i: int) -> torch.device:
+    return torch.device("cuda", i)
 
 
-def true_epoch_shards(n_samples: int, world_size: int, rank: int, epochs: int, seed: int) -> list[list[int]]:
-    """The indices ``rank`` sees in epochs ``0 .. epochs-1`` of a correctly written training loop."""
-    from torch.utils.data import DistributedSampler
-
-    sampler = DistributedSampler(range(n_samples), num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
-    shards = []
-    for epoch in range(epochs):
-        sampler.set_epoch(epoch)
-        shards.append(list(sampler))
-    return shards
+def _names(devices) -> str:
+    return ", ".join(str(d) for d in devices) or "no device"
 
 
-def _is_int(value: object) -> bool:
-    """A whole number of Python's or NumPy's kind (np.int64 from np.ceil(...).astype(int) counts), not a bool."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+class _Step:
+    """The ``fn`` handed to the learner: a little host time, then work launched on fake devices.
 
-
-# Sizes where the plausible shortcuts give a wrong number: uneven shards, a last partial batch, one process,
-# more processes than samples, and an odd whole number of steps (round(x + 0.5) rounds 3.5 to 4: to even).
-_NUMBER_CASES = [(10_000, 4, 32), (64, 2, 8), (64, 1, 16), (48, 2, 8), (100, 4, 8), (10, 4, 2), (7, 2, 4),
-                 (5, 8, 1)]
-
-
-@exercise("Exercise 1 · The numbers of a DDP run")
-def check_ddp_numbers(ddp_numbers: Callable[[int, int, int], tuple[int, int]]) -> None:
-    """``ddp_numbers(n_samples, world_size, batch_size)`` returns ``(global_batch, steps_per_epoch)``."""
-    for n, world, batch in _NUMBER_CASES:
-        with learner_code(f"calling ddp_numbers({n}, {world}, {batch})",
-                          "compute both numbers from the three ints (math.ceil for rounding up)"):
-            got = ddp_numbers(n, world, batch)
-        expect(
-            isinstance(got, tuple) and len(got) == 2 and all(_is_int(v) for v in got),
-            f"return a tuple of two ints (global_batch, steps_per_epoch); ddp_numbers({n}, {world}, {batch}) "
-            f"returned {got!r}",
-        )
-        want_batch, want_steps = true_ddp_numbers(n, world, batch)
-        expect(
-            got[0] == want_batch,
-            f"{world} processes with --batch-size {batch}: one optimizer step averages the gradients of "
-            f"{want_batch} samples, not {got[0]}. --batch-size is per process.",
-        )
-        expect(
-            got[1] <= want_steps or n % want_batch,
-            f"{n} samples make exactly {want_steps} global batches of {want_batch}: nothing is left over, so there "
-            f"is no extra step ({want_steps} steps per epoch, not {got[1]}). Round up with math.ceil: int(x) + 1 "
-            "adds a step when x is whole, and so does round(x + 0.5) for odd x (Python rounds halves to even)",
-        )
-        expect(
-            got[1] == want_steps,
-            f"{n} samples, {world} processes, batch {batch}: each process gets ceil({n}/{world}) samples "
-            f"(the sampler pads the shards to equal length by repeating samples) and a last partial batch "
-            f"still counts as a step, so {want_steps} steps per epoch, not {got[1]}",
-        )
-
-
-def _nesting(value: object) -> str:
-    """``list of list of Tensor``: the type of ``value`` and of its first element, all the way down."""
-    names = [type(value).__name__]
-    while isinstance(value, list | tuple) and value:
-        value = value[0]
-        names.append(type(value).__name__)
-    return " of ".join(names)
-
-
-def _shards_of(answer: Callable[..., list[list[int]]], n: int, world: int, epochs: int, seed: int):
-    shards = []
-    for rank in range(world):
-        with learner_code(
-            f"calling epoch_shards({n}, {world}, {rank}, {epochs}, {seed})",
-            "no process group exists here: give DistributedSampler num_replicas=world_size and rank=rank",
-        ):
-            per_epoch = answer(n, world, rank, epochs, seed)
-        if isinstance(per_epoch, list):  # a tuple of ints is as good as a list
-            per_epoch = [list(e) if isinstance(e, tuple) else e for e in per_epoch]
-        expect(
-            isinstance(per_epoch, list)
-            and len(per_epoch) == epochs
-            and all(isinstance(e, list) and all(_is_int(i) for i in e) for e in per_epoch),
-            f"rank {rank}: return a list with one list of int indices per epoch ({epochs} epochs), such as "
-            f"list(sampler) or tensor.tolist(); got {_nesting(per_epoch)}"
-            + (f" ({len(per_epoch)} of them)" if isinstance(per_epoch, list) and len(per_epoch) != epochs else ""),
-        )
-        shards.append(per_epoch)
-    return shards
-
-
-# (n_samples, world_size, epochs, seed): one size that divides evenly, two that do not (padding).
-_SHARD_CASES = [(12, 3, 2, 0), (10, 4, 3, 5), (7, 2, 2, 1)]
-
-
-@exercise("Exercise 2 · Fix the sampler setup")
-def check_epoch_shards(epoch_shards: Callable[[int, int, int, int, int], list[list[int]]]) -> None:
-    """``epoch_shards(n_samples, world_size, rank, epochs, seed)``: the indices ``rank`` sees per epoch."""
-    for n, world, epochs, seed in _SHARD_CASES:
-        shards = _shards_of(epoch_shards, n, world, epochs, seed)
-        want = [true_epoch_shards(n, world, rank, epochs, seed) for rank in range(world)]
-        per_rank = math.ceil(n / world)
-        for epoch in range(epochs):
-            sizes = [len(shards[rank][epoch]) for rank in range(world)]
-            expect(
-                sizes == [per_rank] * world,
-                f"{n} samples on {world} ranks, epoch {epoch}: every rank must get ceil({n}/{world}) = "
-                f"{per_rank} indices (got {sizes}). The sampler pads uneven data by repeating the first "
-                "indices of the shuffled list, so that every rank takes the same number of steps; keep "
-                "drop_last=False as the task's training loop does",
-            )
-            expect(
-                world == 1 or any(shards[rank][epoch] != shards[0][epoch] for rank in range(1, world)),
-                f"{n} samples on {world} ranks, epoch {epoch}: every rank got the same indices, "
-                f"{shards[0][epoch]}, so the ranks all train on one shard. The rank was not used: pass "
-                "rank=rank to DistributedSampler, next to num_replicas=world_size",
-            )
-            seen = {i for rank in range(world) for i in shards[rank][epoch]}
-            expect(
-                seen == set(range(n)),
-                f"epoch {epoch}: the {world} ranks together must see every one of the {n} samples. Overlapping "
-                "shards mean the ranks shuffled differently: every rank must use the same seed and the same epoch "
-                "number (only rank differs).",
-            )
-        expect(
-            all(shards[rank][0] != shards[rank][1] for rank in range(world)),
-            "every epoch repeats the first epoch's order: shuffle (shuffle=True) and call "
-            "sampler.set_epoch(epoch) at the start of each epoch, so that the order changes every epoch "
-            "(and stays the same on every rank)",
-        )
-        for rank in range(world):
-            expect(
-                shards[rank] == want[rank],
-                f"{n} samples, {world} ranks: rank {rank} does not see what DistributedSampler(dataset, "
-                "num_replicas, rank, shuffle=True, seed=seed) gives with set_epoch(0), set_epoch(1), ...: "
-                "use the sampler, its seed and its epoch numbers as they are, so that a resumed run can "
-                "reproduce them",
-            )
-
-
-# --- Exercise 3 · Gradient accumulation with no_sync() ----------------------------------------------
-
-
-class RecordingDDP(nn.Module):
-    """A one-process stand-in for ``DistributedDataParallel`` that records what DDP would all-reduce.
-
-    DDP decides during ``forward`` whether the backward of that output will all-reduce the gradients:
-    yes when its public attribute ``require_backward_grad_sync`` is true and gradients are enabled.
-    ``no_sync()`` only clears that attribute for the duration of the block and restores it afterwards,
-    so setting it by hand (as nanoGPT's training loop does) works the same; this stand-in keeps the same
-    attribute. Every forward of the wrapped module is logged as ``("forward", synced)`` and the backward
-    through its output as ``("backward", synced)``, including a forward that bypasses the wrapper
-    (``ddp.module(x)``): never synced, as under DDP, whose reducer then accumulates locally.
-    ``via_wrapper`` holds, per logged forward, whether it went through the wrapper.
+    ``work`` maps a device index to the seconds launched there on every call; ``first_call`` is extra
+    host time on the first call only (a one-time cost). Each call notes how many synchronizations had
+    happened when it started, so the check can tell which devices were waited for after it.
     """
 
-    def __init__(self, module: nn.Module, log: list) -> None:
-        super().__init__()
-        self.module = module
-        self.log = log
-        self.require_backward_grad_sync = True
-        self.via_wrapper: list[bool] = []
-        self._inside = False
-        module.register_forward_hook(self._record)
+    def __init__(self, gpus: FakeGPUs, work: dict[int, float], first_call: float = 0.0, host: float = 1e-4) -> None:
+        self.gpus, self.work, self.first_call = gpus, work, first_call
+        self.host = host  # seconds of Python per call: launching is quick, but not free
+        self.calls = 0
+        self.synced_at_start: list[int] = []
 
-    @contextlib.contextmanager
-    def no_sync(self):
-        before = self.require_backward_grad_sync
-        self.require_backward_grad_sync = False
-        try:
-            yield
-        finally:
-            self.require_backward_grad_sync = before
+    def __call__(self) -> None:
+        self.calls += 1
+        self.synced_at_start.append(len(self.gpus.synced))
+        self.gpus.host(self.host + (self.first_call if self.calls == 1 else 0.0))
+        for index, seconds in self.work.items():
+            self.gpus.launch(index, seconds)
 
-    def forward(self, *args, **kwargs):
-        self._inside = True
-        try:
-            return self.module(*args, **kwargs)
-        finally:
-            self._inside = False
-
-    def _record(self, module: nn.Module, args: tuple, out: object) -> None:
-        synced = self._inside and bool(self.require_backward_grad_sync) and torch.is_grad_enabled()
-        self.log.append(("forward", synced))
-        self.via_wrapper.append(self._inside)
-        if isinstance(out, torch.Tensor) and out.requires_grad:
-            out.register_hook(lambda grad: self.log.append(("backward", synced)))
+    @property
+    def one_call(self) -> float:
+        """What a steady-state call takes: its host time, then the longest queue of work."""
+        return self.host + max(self.work.values(), default=0.0)
 
 
-class RecordingSGD:
-    """Plain SGD that logs ``zero_grad`` and ``step`` calls and keeps the gradients of each step."""
+class _Clock:
+    """The simulated clock handed to the learner; notes, at each reading, how many calls of fn and how
+    many synchronizations had happened, so the check can tell what the timed window held."""
 
-    def __init__(self, params, lr: float, log: list) -> None:
-        self.params = list(params)
-        self.lr = lr
-        self.log = log
-        self.stepped_with: list[list[torch.Tensor | None]] = []
+    def __init__(self, gpus: FakeGPUs, step: _Step) -> None:
+        self.gpus, self.step = gpus, step
+        self.reads: list[tuple[int, int]] = []  # (calls of fn so far, synchronizations so far)
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.log.append(("zero_grad", None))
-        for p in self.params:
-            if set_to_none:
-                p.grad = None
-            elif p.grad is not None:
-                p.grad.zero_()
+    def __call__(self) -> float:
+        self.reads.append((self.step.calls, len(self.gpus.synced)))
+        return self.gpus.clock()
 
-    @torch.no_grad()
-    def step(self) -> None:
-        self.log.append(("step", None))
-        self.stepped_with.append([None if p.grad is None else p.grad.clone() for p in self.params])
-        for p in self.params:
-            if p.grad is not None:
-                p -= self.lr * p.grad
+    def window(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        """The readings that most likely start and stop the returned time: the last two."""
+        return self.reads[-2], self.reads[-1]
 
+    def synced_after_last_call(self) -> list[torch.device]:
+        """Devices waited for between the start of the last timed call and the clock's stop reading."""
+        (_, _), (calls, synced) = self.window()
+        return self.gpus.synced[self.step.synced_at_start[calls - 1]:synced] if calls else []
 
-def _window(k: int, seed: int, device: torch.device) -> tuple[nn.Module, list[tuple[torch.Tensor, torch.Tensor]]]:
-    """A small model and k micro-batches of 2 samples, drawn on the CPU from ``seed`` and moved to ``device``."""
-    gen = torch.Generator().manual_seed(seed)
-    model = nn.Linear(3, 1)
-    with torch.no_grad():  # seeded without touching the global generator
-        model.weight.copy_(torch.randn(1, 3, generator=gen))
-        model.bias.copy_(torch.randn(1, generator=gen))
-    batches = [(torch.randn(2, 3, generator=gen).to(device), torch.randn(2, 1, generator=gen).to(device))
-               for _ in range(k)]
-    return model.to(device), batches
+    def synced_before_start(self) -> list[torch.device] | None:
+        """Devices waited for between the last call before the clock started and that reading (None: no call)."""
+        (calls, synced), _ = self.window()
+        return self.gpus.synced[self.step.synced_at_start[calls - 1]:synced] if calls else None
+
+    def timed_calls(self) -> int:
+        (before, _), (after, _) = self.window()
+        return after - before
 
 
-def _grads(model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: nn.Module) -> list[torch.Tensor]:
-    model.zero_grad(set_to_none=True)
-    loss_fn(model(x), y).backward()
-    return [p.grad.clone() for p in model.parameters()]
+class _CpuAsked:
+    """Notes whether the learner's code handed the CPU to a call that takes GPUs only (``torch.cuda.device``,
+    ``set_device``, ``synchronize`` and their ``torch.accelerator`` twins all parse their argument with
+    ``_get_device_index``), so that the hint says "skip the CPU" only when that happened."""
+
+    def __init__(self) -> None:
+        self.asked = False
+        self._cuda_index, self._accelerator_index = torch.cuda._get_device_index, torch.accelerator._get_device_index
+
+    def _note(self, device: object) -> None:
+        if isinstance(device, str | torch.device) and str(device).split(":")[0] == "cpu":
+            self.asked = True
+
+    def cuda_index(self, device: object, optional: bool = False, allow_cpu: bool = False) -> int:
+        if not allow_cpu:
+            self._note(device)
+        return self._cuda_index(device, optional, allow_cpu)
+
+    def accelerator_index(self, device: object, optional: bool = False) -> int:
+        self._note(device)
+        return self._accelerator_index(device, optional)
 
 
-def _same(a: list, b: list) -> bool:
-    return all(u is not None and torch.allclose(u, v, atol=1e-6) for u, v in zip(a, b, strict=True))
+@contextlib.contextmanager
+def _machine(count: int) -> Iterator[tuple[FakeGPUs, _CpuAsked]]:
+    """``fake_gpus(count)`` of CUDA devices, noting whether a GPU-only call was handed the CPU. The
+    synchronize stand-ins parse their argument as torch does, so that the CPU is refused as on a GPU."""
+    with fake_gpus(count) as gpus, contextlib.ExitStack() as stack:
+        cpu = _CpuAsked()
+        patches = [
+            (torch.cuda, "_get_device_index", cpu.cuda_index),
+            (torch.accelerator, "_get_device_index", cpu.accelerator_index),
+        ]
+        if count:  # without a GPU, fake_gpus's synchronize already refuses
+            patches += [
+                (torch.cuda, "synchronize", lambda device=None: gpus.sync(cpu.cuda_index(device, optional=True))),
+                (torch.accelerator, "synchronize",
+                 lambda device=None, /: gpus.sync(cpu.accelerator_index(device, optional=True))),
+            ]
+        for module, name, replacement in patches:
+            stack.enter_context(mock.patch.object(module, name, replacement))
+        yield gpus, cpu
 
 
-@exercise("Exercise 3 · Accumulate without an all-reduce per micro-batch")
-def check_accumulate_step(accumulate_step: Callable[..., object], device: torch.device | str = "cpu") -> None:
-    """``accumulate_step(ddp, optimizer, loss_fn, micro_batches)``: one step, one all-reduce.
+_NO_GPU = ("it called synchronize on a machine without a GPU: with devices=[cpu] there is nothing to wait for; "
+           "synchronize only the CUDA devices in devices")
+_SKIP_CPU = ("torch.cuda.synchronize(d) accepts CUDA devices only: skip the CPU, whose work is finished when the "
+             "call that issued it returns")
 
-    The model and the micro-batches live on ``device`` (the notebook passes its own); ``loss_fn`` is a mean
-    squared error in two windows and a mean absolute error in the third.
-    """
+
+def _time_it(answer, gpus: FakeGPUs, cpu: _CpuAsked, step: _Step, devices: list[torch.device],
+             what: str) -> tuple[float, _Clock]:
+    clock = _Clock(gpus, step)
+    try:
+        result = answer(step, devices, clock)
+    except Exception:
+        with learner_code(f"calling time_on_devices(fn, {what}, clock)", _SKIP_CPU if cpu.asked else ""):
+            raise
+    expect(
+        isinstance(result, int | float) and not isinstance(result, bool),
+        f"time_on_devices must return the seconds as a number, got {type(result).__name__}"
+        + (" (a Timing: return its .median)" if type(result).__name__ == "Timing" else ""),
+    )
+    expect(math.isfinite(result), f"time_on_devices returned {result}: return a finite number of seconds")
+    expect(step.calls >= 1, "time_on_devices never called fn: call it, and time that call")
+    expect(
+        gpus.synced != [],
+        "it never waits for a device, so the clock measured how fast Python launched the work, not the work "
+        "itself. Synchronize every device in devices before reading the clock.",
+    )
+    expect(
+        len(clock.reads) >= 2,
+        "it does not read the time with clock(): use the clock the function is given (start = clock(), ..., "
+        "clock() - start); the check runs it on simulated GPUs with a simulated clock.",
+    )
+    expect(
+        result < 300 * step.one_call,
+        f"{result:g} for a call that takes {step.one_call * 1e3:.1f} ms: return seconds, not milliseconds",
+    )
+    return float(result), clock
+
+
+def _too_short(clock: _Clock, slow: torch.device, result: float, devices: list[torch.device]) -> str:
+    after = clock.synced_after_last_call()
+    strays = [d for d in dict.fromkeys(after) if d not in devices]
+    took = f"fn's slowest work takes {clock.step.one_call * 1e3:.1f} ms (on {slow}), and the time returned is " \
+           f"{result * 1e3:.1f} ms"
+    if slow in after:
+        return f"{took}: start the clock before calling fn, and read it again after synchronizing."
+    if slow in clock.gpus.synced[clock.window()[1][1]:]:
+        return f"{took}: read the clock after synchronizing, not before."
+    if not after:
+        return (f"{took}: it does not wait after fn, so the clock stopped when the work was launched. "
+                "Synchronize every device after fn too, then read the clock.")
+    if strays:
+        return (f"{took}: after fn it waited for {_names(strays)}, which devices [{_names(devices)}] does not hold, "
+                f"and not for {slow}. Synchronize each device d of devices itself, torch.cuda.synchronize(d): "
+                "its place in the list (enumerate(devices), range(len(devices))) is not its CUDA index, and a bare "
+                "torch.cuda.synchronize() waits for the current device (cuda:0) only.")
+    if set(after) == {_cuda(0)}:
+        return (f"{took}: after fn it waited for cuda:0 only. torch.cuda.synchronize() without an argument "
+                "waits for the current device (cuda:0) only: synchronize every device d in devices.")
+    return (f"{took}: after fn it waited for {_names(dict.fromkeys(after))} but not for {slow}. "
+            "Synchronize every device in devices, whatever their number and order.")
+
+
+def _too_long(clock: _Clock, devices: list[torch.device], result: float) -> str:
+    took = f"fn takes {clock.step.one_call * 1e3:.1f} ms, and the time returned is {result * 1e3:.1f} ms"
+    before = clock.synced_before_start()
+    if before is not None and not set(before) >= {d for d in devices if d.type != "cpu"}:
+        return (f"{took}: the work of the call before (a warm-up) was still queued when the clock started. "
+                "Synchronize every device before starting the clock.")
+    if clock.timed_calls() > 1:
+        return f"{took}: return the time of one call (divide by the number of calls you timed)."
+    return f"{took}: time one call of fn, from a clock reading after synchronizing to one after synchronizing."
+
+
+@exercise("Exercise 1 · Fix this timing code")
+def check_fixed_timer(time_on_devices: Callable[..., float]) -> None:
+    """``time_on_devices(fn, devices, clock)`` returns the seconds one steady-state call of ``fn`` takes."""
+    order = [_cuda(2), _cuda(0), _cuda(1)]
+    # 1. Every device in the role of the one with the long work: it must be waited for after fn.
+    for k in range(3):
+        with _machine(3) as (gpus, cpu):
+            step = _Step(gpus, {i: 0.060 if i == k else 0.002 for i in range(3)})
+            result, clock = _time_it(time_on_devices, gpus, cpu, step, order, "[cuda:2, cuda:0, cuda:1]")
+            expect(result >= 0.9 * step.one_call, _too_short(clock, _cuda(k), result, order))
+            expect(result <= 1.1 * step.one_call, _too_long(clock, order, result))
+    # 2. Every device in the role of the one with earlier work: it must be waited for before the clock starts.
+    for k in range(3):
+        with _machine(3) as (gpus, cpu):
+            gpus.launch(k, 0.200)  # queued before time_on_devices is called
+            step = _Step(gpus, {(k + 1) % 3: 0.010})
+            devices = [_cuda(0), _cuda(1), _cuda(2)]
+            result, clock = _time_it(time_on_devices, gpus, cpu, step, devices, "[cuda:0, cuda:1, cuda:2]")
+            expect(result >= 0.9 * step.one_call, _too_short(clock, _cuda((k + 1) % 3), result, devices))
+            bare = " (a bare torch.cuda.synchronize() waits for cuda:0 only)" if k else ""
+            expect(
+                result <= 1.1 * step.one_call,
+                f"fn takes {step.one_call * 1e3:.1f} ms, and the time returned is {result * 1e3:.1f} ms: 200 ms of "
+                f"work queued on cuda:{k} before the call were billed to fn. Synchronize every device in devices "
+                f"before starting the clock{bare}.",
+            )
+    # 3. The first call pays a one-time cost (think: CUDA context, cuBLAS handle) that is not fn's time.
+    with _machine(3) as (gpus, cpu):
+        step = _Step(gpus, {0: 0.010}, first_call=0.5)
+        result, _ = _time_it(time_on_devices, gpus, cpu, step, [_cuda(0)], "[cuda:0]")
+        expect(
+            result <= 1.1 * step.one_call,
+            f"fn's first call pays a one-time cost of 500 ms, later calls take {step.one_call * 1e3:.1f} ms, and "
+            f"the time returned is {result * 1e3:.1f} ms: it includes the warm-up. Call fn once before starting "
+            "the clock, and do not time that call.",
+        )
+    # 4. The CPU first or last among the devices: nothing to wait for, and CUDA must not be asked to. And one GPU
+    #    that is not cuda:0, at any place in the list: a GPU is named by its index, not by its place.
+    for devices in ([CPU, _cuda(1)], [_cuda(2), CPU], [_cuda(1)]):
+        slow = next(d for d in devices if d.type == "cuda")
+        with _machine(3) as (gpus, cpu):
+            step = _Step(gpus, {slow.index: 0.020})
+            result, clock = _time_it(time_on_devices, gpus, cpu, step, devices, f"[{_names(devices)}]")
+            expect(result >= 0.9 * step.one_call, _too_short(clock, slow, result, devices))
+    # 5. A machine without a GPU, and CPU work only: no CUDA call at all.
+    with _machine(0) as (gpus, _):
+        step = _Step(gpus, {}, host=0.003)  # CPU work only: done when fn returns
+        clock = _Clock(gpus, step)
+        with learner_code("calling time_on_devices(fn, [cpu], clock) on a machine without a GPU",
+                          causes={"synchronize called, but this (fake) machine has no": _NO_GPU}):
+            result = time_on_devices(step, [CPU], clock)
+        expect(isinstance(result, int | float) and abs(result - 0.003) < 3e-4,
+               f"fn spends 3 ms on the CPU, and with devices=[cpu] the time returned is {result!r}: read the clock "
+               "just before calling fn and again after it")
+
+
+# --- Exercise 2 · which rows can you trust? --------------------------------------------------------
+
+#: A benchmark report from a machine with two identical GPUs. One step is four equal chunks of matrix
+#: products, 10 ms each on either GPU. Each row: how it was measured → milliseconds.
+REPORT: dict[str, tuple[str, float]] = {
+    "A": ("first call ever, 4 chunks on cuda:0, each device synchronized before and after", 412.0),
+    "B": ("4 chunks on cuda:0, time.perf_counter() around the launches, no synchronization", 0.21),
+    "C": ("4 chunks on cuda:0, each device synchronized before and after, median of 20 after warm-up", 40.3),
+    "D": ("1 chunk on cuda:0 and 3 on cuda:1, torch.cuda.synchronize() before and after, median of 20 "
+          "after warm-up", 10.2),
+    "E": ("2 chunks on each GPU, each device synchronized before and after, median of 20 after warm-up", 20.4),
+    "F": ("2 chunks on each GPU, one run right after a 50 ms copy to cuda:1 was queued, each device "
+          "synchronized after but not before", 70.5),
+}
+
+#: What can be said of a row, by key.
+REASONS: dict[str, str] = {
+    "ok": "a steady-state time of one step: use it",
+    "launch": "it never waits for the GPUs, so it measures the kernel launches, not the work",
+    "current-device": "it waits for the current device only, so the other GPU's work is not counted",
+    "warm-up": "it includes one-time start-up costs (CUDA context, cuBLAS handles, memory pool)",
+    "earlier-work": "it starts the clock while earlier work is still queued, and bills that work to the step",
+}
+
+_EXPECTED = {"A": "warm-up", "B": "launch", "C": "ok", "D": "current-device", "E": "ok", "F": "earlier-work"}
+
+_HINTS = {
+    ("A", "ok"): "A is the first call ever: a steady-state step does not pay for creating the CUDA context and "
+                 "cuBLAS handles again.",
+    ("A", None): "A waited for both devices, and its label says what makes it slow: the first call ever.",
+    ("B", "ok"): "B never synchronized: 0.21 ms is how long Python took to launch the work.",
+    ("B", None): "B's label says no synchronization: what does a stopwatch around launches measure?",
+    ("C", None): "C follows every rule: 4 chunks of 10 ms on one GPU take 40 ms.",
+    ("D", "ok"): "D reports 10 ms although cuda:1 had 3 chunks, 30 ms of work, and E with 2 + 2 chunks takes 20 ms. "
+                 "Which device does torch.cuda.synchronize() without an argument wait for?",
+    ("D", "launch"): "D did wait for something: 10 ms is one chunk of work, fifty times the launches of B.",
+    ("D", "warm-up"): "a one-time cost would make D larger, not smaller, and D was measured after warm-up.",
+    ("D", "earlier-work"): "earlier work would make D larger, not smaller than what its GPUs had to do.",
+    ("E", None): "E is consistent: two chunks on each GPU, both working at once, take 20 ms.",
+    ("F", "ok"): "F took 70 ms for 20 ms of work per GPU: what was still queued on cuda:1 when the clock started?",
+    ("F", None): "F synchronized each device after the step, so nothing was missed at the end: the extra 50 ms "
+                 "come from before it.",
+}
+
+
+@exercise("Exercise 2 · Which rows can you trust?")
+def check_report(answer: Callable[[], tuple[dict[str, str], float]]) -> None:
+    """``answer()`` returns ``(verdicts, should_be_ms)``: a key of ``REASONS`` for every row of ``REPORT``,
+    and the milliseconds that D, the one row that synchronized yet reports less than its step takes, should
+    show."""
+    with learner_code("calling your answer()"):
+        result = answer()
+    expect(
+        isinstance(result, tuple) and len(result) == 2,
+        "return a tuple (verdicts, should_be_ms), e.g. ({'A': 'warm-up', 'B': ..., ...}, 12.0)",
+    )
+    verdicts, should_be = result
+    expect(isinstance(verdicts, dict), f"verdicts must be a dict from row to reason, got {type(verdicts).__name__}")
+    expect(set(verdicts) == set(REPORT),
+           f"give a verdict for every row {sorted(REPORT)}, got {sorted(verdicts, key=repr)}")
+    for row in REPORT:
+        reason = verdicts[row]
+        expect(
+            isinstance(reason, str),
+            f"row {row}: give one key of REASONS, a string such as 'ok', not a {type(reason).__name__} ({reason!r})",
+        )
+        expect(reason in REASONS, f"row {row}: {reason!r} is not one of the REASONS {sorted(REASONS)}")
+        if reason != _EXPECTED[row]:
+            expect(False, f"row {row}: " + _HINTS.get((row, reason), _HINTS.get((row, None), "look again.")))
+    expect(
+        isinstance(should_be, int | float) and not isinstance(should_be, bool),
+        f"should_be_ms must be a number of milliseconds, got {type(should_be).__name__}",
+    )
+    expect(
+        27.0 <= should_be <= 34.0,
+        f"{should_be} ms is not what D should show: both GPUs work at the same time, so the step ends when the "
+        "busier one finishes. How long does cuda:1 need for its chunks?",
+    )
+
+
+# --- Exercise 3 · a masked mean without a hidden synchronization ------------------------------------
+
+#: Two batches, so that an answer written for one shape (a literal 4 or 5, a squeeze that also drops a batch
+#: of one) is caught: (4, 5) with rows of two, none, all and one True entries; (1, 3) with one row.
+_CASES = (
+    (torch.tensor([[1.0, -2.0, 3.0, 0.5, 4.0],
+                   [2.0, 2.0, -1.0, 5.0, 1.5],
+                   [-3.0, 1.0, 1.0, 2.0, -0.5],
+                   [0.25, 8.0, -4.0, 1.0, 2.0]]),
+     torch.tensor([[True, False, True, False, False],    # two entries
+                   [False, False, False, False, False],  # none: the mean is 0
+                   [True, True, True, True, True],       # all
+                   [False, True, False, False, False]])),  # one
+    (torch.tensor([[2.0, -1.0, 4.5]]),
+     torch.tensor([[True, False, True]])),
+)
+
+
+def _reference(x: torch.Tensor, mask: torch.Tensor) -> list[float]:
+    rows = []
+    for values, keep in zip(x.tolist(), mask.tolist(), strict=True):
+        chosen = [v for v, k in zip(values, keep, strict=True) if k]
+        rows.append(sum(chosen) / len(chosen) if chosen else 0.0)
+    return rows
+
+
+def _place(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A copy of ``tensor`` on ``device`` (the tests replace it to play the CUDA path on the CPU)."""
+    return tensor.clone().to(device)
+
+
+@contextlib.contextmanager
+def _sync_errors(device: torch.device) -> Iterator[None]:
+    """On a CUDA device: an operation that synchronizes with the host raises instead of waiting (for the
+    operations that ``torch.cuda.set_sync_debug_mode`` covers, which are not all of them)."""
+    if device.type != "cuda":
+        yield
+        return
+    before = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode(before)
+
+
+_NEEDS_HOST = (
+    "needs the values on the host. On a GPU the host then waits for the device: a hidden synchronization. "
+    "Keep every shape fixed and every value on the device: torch.where(mask, x, 0) or x * mask, then sums."
+)
+
+
+def _shape(t: torch.Tensor) -> str:
+    return str(tuple(t.shape))
+
+
+@exercise("Exercise 3 · A masked mean without a hidden synchronization")
+def check_masked_mean(masked_mean: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                      device: torch.device | str = CPU) -> None:
+    """``masked_mean(x, mask)``: per row of ``x`` (batch, n), the mean of the entries where ``mask`` is True
+    (0 for a row without any), on ``x``'s device, with no operation that needs the values on the host.
+
+    The values are checked on ``device`` for two shapes. What the answer asks of the host is watched with
+    ``HostReads`` on CPU copies, so that the hint is the same on every machine; on a CUDA ``device`` the
+    answer then runs under ``torch.cuda.set_sync_debug_mode("error")`` too, which catches synchronizations
+    that ``HostReads`` does not list (the cause is then unknown to the check)."""
     device = torch.device(device)
-    # Two loss functions: the step must use the one it is given.
-    for k, seed, loss_fn in [(3, 0, nn.MSELoss()), (1, 1, nn.MSELoss()), (2, 2, nn.L1Loss())]:
-        model, batches = _window(k, seed, device)
-        reference = copy.deepcopy(model)
-        everything = (torch.cat([x for x, _ in batches]), torch.cat([y for _, y in batches]))
-        want = _grads(reference, *everything, loss_fn)  # the mean loss over all samples of the window
-        last_only = [g / k for g in _grads(reference, *batches[-1], loss_fn)]
-        mse = _grads(reference, *everything, nn.MSELoss())  # what a hard-coded mean squared error gives
-        for p in model.parameters():  # leftovers from an earlier pass, which the step must not use
-            p.grad = torch.full_like(p, 100.0)
-        log: list = []
-        ddp, optimizer = RecordingDDP(model, log), RecordingSGD(model.parameters(), 0.1, log)
-        with learner_code(
-            f"calling accumulate_step(ddp, optimizer, loss_fn, micro_batches) with {k} micro-batch(es)",
-            "call ddp(x) for the forward, loss_fn(output, y) for the loss, and ddp.no_sync() as a context "
-            "manager (`with ddp.no_sync(): ...`)",
-        ):
-            accumulate_step(ddp, optimizer, loss_fn, [(x.clone(), y.clone()) for x, y in batches])
-        forwards = [synced for what, synced in log if what == "forward"]
-        backwards = [synced for what, synced in log if what == "backward"]
-        steps = [i for i, (what, _) in enumerate(log) if what == "step"]
+    for x_ref, mask_ref in _CASES:
+        batch, n = x_ref.shape
+        x, mask = _place(x_ref, device), _place(mask_ref, device)
+        with learner_code(f"calling masked_mean(x, mask) on a {_shape(x_ref)} batch"):
+            out = masked_mean(x, mask)
+        expect(isinstance(out, torch.Tensor), f"return a tensor, got {type(out).__name__}")
+        inputs = (("x", x, x_ref), ("mask", mask, mask_ref))
+        changed = [name for name, t, ref in inputs if not torch.equal(t.cpu(), ref)]
+        expect(not changed, f"masked_mean changed {' and '.join(changed)} in place: compute a new tensor and "
+                            "leave the inputs as they were")
+        expect(out.device == x.device, f"the result is on {out.device}, the input on {x.device}: keep it on x's device")
+        if batch == 1 and out.shape == ():
+            seen = "the batch dim is gone: a batch of one row still needs a result of shape (1,)"
+        elif out.shape == ():
+            seen = "one number for the whole batch: reduce over the last dim only"
+        else:
+            seen = f"one mean per row, shape ({batch},)"
+        expect(out.shape == (batch,), f"x has shape {_shape(x_ref)} and the result {_shape(out)}: {seen}")
+        expect(out.is_floating_point(), f"the means must be floating point, got {out.dtype}")
+        got, want = out.detach().cpu().tolist(), _reference(x_ref, mask_ref)
+        for row, keep in enumerate(mask_ref.tolist()):
+            expect(
+                any(keep) or not math.isnan(got[row]),
+                f"row {row} of the {_shape(x_ref)} batch has no True entry and its mean came out nan (0 / 0): divide "
+                "by the count clamped to at least 1, or use torch.where, so such a row gives 0",
+            )
+        divided_by_n = (torch.where(mask_ref, x_ref, 0.0).sum(-1) / n).tolist()
         expect(
-            any(ddp.via_wrapper),
-            "the model was never called through the DDP wrapper: call ddp(x), not ddp.module(x) (the module "
-            "alone never all-reduces)",
+            not all(math.isclose(g, d, abs_tol=1e-5) for g, d in zip(got, divided_by_n, strict=True)),
+            f"in the {_shape(x_ref)} batch it divides every row by its length ({n}): divide by the number of True "
+            "entries in the row instead",
         )
-        expect(
-            len(forwards) == k and len(backwards) == k,
-            f"{k} micro-batch(es) need {k} forward and {k} backward passes, one each; got {len(forwards)} "
-            f"forward(s) and {len(backwards)} backward(s)",
-        )
-        kinds = [what for what, _ in log if what in ("forward", "backward")]
-        expect(
-            kinds == ["forward", "backward"] * k,
-            "run each micro-batch's backward right after its forward: keeping every micro-batch's graph until "
-            "one backward at the end costs the memory that accumulation is meant to save",
-        )
-        expect(
-            len(steps) == 1 and steps[0] > max(i for i, (what, _) in enumerate(log) if what == "backward"),
-            f"call optimizer.step() exactly once, after the last micro-batch's backward (it was called "
-            f"{len(steps)} time(s))",
-        )
-        expect(
-            forwards[-1] or ddp.via_wrapper[-1],
-            "the last micro-batch's forward bypassed the wrapper (ddp.module(x)): its backward does not "
-            "all-reduce, so every rank steps with its own gradients. Call ddp(x) for the last micro-batch, "
-            "outside no_sync()",
-        )
-        expect(
-            forwards[-1] or not any(forwards),
-            "a micro-batch before the last set up the all-reduce, and the last ran inside no_sync() (or with "
-            "require_backward_grad_sync False): the gradients accumulated after the all-reduce stay on their "
-            "rank. Run the first K-1 micro-batches inside no_sync() and the last one outside",
-        )
-        expect(
-            forwards[-1],
-            "the last micro-batch ran inside no_sync() (or with require_backward_grad_sync False): then no "
-            "backward all-reduces and every rank steps with its own gradients. Run the last micro-batch outside "
-            "no_sync()",
-        )
-        expect(
-            not any(forwards[:-1]),
-            "a micro-batch before the last set up an all-reduce. DDP decides in forward whether the backward "
-            "all-reduces: run the forward of each of the first K-1 micro-batches inside `with ddp.no_sync():` "
-            "(entering no_sync() only around the backward is too late)",
-        )
-        got = optimizer.stepped_with[0]
-        expect(
-            isinstance(loss_fn, nn.MSELoss) or not _same(got, mse),
-            f"loss_fn was {loss_fn}, and the step used the gradient of a mean squared error instead: compute "
-            "each micro-batch's loss with loss_fn(ddp(x), y), the loss function you are given",
-        )
-        expect(
-            not _same(got, [w * k for w in want]) or k == 1,
-            f"the step used {k} times the mean gradient: divide each micro-batch's loss by the number of "
-            f"micro-batches ({k}) before backward, so that the accumulated sum is the mean over all samples",
-        )
-        expect(
-            not _same(got, last_only) or k == 1,
-            "only the last micro-batch's gradient reached the step: zero the gradients once, before the first "
-            "micro-batch, not inside the loop",
-        )
-        expect(
-            _same(got, want),
-            "the gradient the step used is not the mean gradient over all the window's samples. Start with "
-            "optimizer.zero_grad() (the gradients may hold leftovers from an earlier pass) and divide each "
-            "micro-batch's mean loss by the number of micro-batches",
-        )
+        for row, (g, w) in enumerate(zip(got, want, strict=True)):
+            expect(math.isclose(g, w, abs_tol=1e-5),
+                   f"row {row} of the {_shape(x_ref)} batch should have mean {w:g}, got {g:g}")
+    # What needs the values on the host (on a GPU, each such call waits for the device), and tensors made
+    # on the default device instead of x's (on a CPU-only machine both are the CPU; on a GPU they are not).
+    # Watched on CPU copies, so that the verdict and its words are the same on a CPU and on a GPU.
+    for x_ref, mask_ref in _CASES:
+        with learner_code(f"calling masked_mean(x, mask) again on a {_shape(x_ref)} batch, watching what it asks "
+                          "of the host"), HostReads() as reads, _DefaultDeviceFactories() as made:
+            masked_mean(x_ref.clone(), mask_ref.clone())
+        expect(not reads, f"it calls {', '.join(dict.fromkeys(reads))}, which {_NEEDS_HOST}")
+        expect(not made, f"it creates a tensor with {made[0] if made else ''} and no device=: that lands on the "
+                         "default device (the CPU), not on x's device. Pass device=x.device, or build it from x "
+                         "(torch.zeros_like, x.new_zeros)")
+    # On a GPU: the synchronizations HostReads does not list.
+    if device.type == "cuda":
+        for x_ref, mask_ref in _CASES:
+            x, mask = _place(x_ref, device), _place(mask_ref, device)
+            with learner_code(f"calling masked_mean(x, mask) on {device.type} under "
+                              "torch.cuda.set_sync_debug_mode('error')"), _sync_errors(device):
+                try:
+                    masked_mean(x, mask)
+                except RuntimeError as err:
+                    if "synchroniz" not in str(err):
+                        raise
+                    expect(False, "on the GPU, under torch.cuda.set_sync_debug_mode('error'), a call it makes "
+                                  "synchronized with the host. HostReads listed none of its calls, so which one "
+                                  f"it was is unknown here; the error said: {err}. That call {_NEEDS_HOST}")
+
+
+class _DefaultDeviceFactories(TorchFunctionMode):
+    """Notes factory calls without ``device=`` that make a tensor of one or more dimensions."""
+
+    FACTORIES = frozenset({"zeros", "ones", "empty", "full", "arange", "linspace", "eye", "rand", "randn",
+                           "randint", "tensor", "as_tensor"})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made: list[str] = []
+
+    def __enter__(self) -> list[str]:  # type: ignore[override]
+        super().__enter__()
+        return self.made
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = getattr(func, "__name__", "")
+        if name in self.FACTORIES and kwargs.get("device") is None and isinstance(out, torch.Tensor) and out.dim():
+            self.made.append(f"torch.{name}")
+        return out

@@ -1,0 +1,543 @@
+"""Chapter 10's checks: per exercise, a catalogue of plausible wrong answers with the hint each gets,
+and right answers written differently from the notebook's reference (which nbval runs there).
+
+Exercise 3's check drives the answer with a stand-in for DDP that records which passes would
+all-reduce (``RecordingDDP``): no process group, no optimizer import, a few tiny tensors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, DistributedSampler
+
+from utils.checks import outcome, rejection
+from utils.exercises.ch10 import (
+    RecordingDDP,
+    RecordingSGD,
+    check_accumulate_step,
+    check_ddp_numbers,
+    check_epoch_shards,
+    true_ddp_numbers,
+    true_epoch_shards,
+)
+
+
+def stub(*args):
+    raise NotImplementedError("your code here")
+
+
+@pytest.mark.parametrize("check", [check_ddp_numbers, check_epoch_shards, check_accumulate_step])
+def test_only_the_stub_is_not_attempted(check):
+    assert outcome(check, stub) == ("not attempted", "")
+
+    def torch_own_not_implemented(*args):
+        raise NotImplementedError  # not the stub's message: an attempted answer that fails
+
+    verdict, hint = outcome(check, torch_own_not_implemented)
+    assert verdict == "failed" and "raised NotImplementedError" in hint
+
+
+# --- Exercise 1 · The numbers of a DDP run ----------------------------------------------------------
+
+def right_one_ceiling(n_samples, world_size, batch_size):
+    """ceil(ceil(n/P)/B) == ceil(n/(P*B)) for positive ints."""
+    return world_size * batch_size, math.ceil(n_samples / (world_size * batch_size))
+
+
+def right_integer_ceiling(n_samples, world_size, batch_size):
+    per_rank = -(-n_samples // world_size)
+    return batch_size * world_size, (per_rank + batch_size - 1) // batch_size
+
+
+def right_measured(n_samples, world_size, batch_size):
+    data = range(n_samples)
+    loader = DataLoader(data, batch_size=batch_size, sampler=DistributedSampler(data, world_size, 0))
+    return world_size * batch_size, len(loader)
+
+
+def right_with_numpy(n_samples, world_size, batch_size):
+    """NumPy integers are whole numbers too."""
+    per_rank = np.ceil(np.int64(n_samples) / world_size).astype(np.int64)
+    return np.int64(world_size * batch_size), np.ceil(per_rank / batch_size).astype(np.int64)
+
+
+@pytest.mark.parametrize("right", [right_one_ceiling, right_integer_ceiling, right_measured, right_with_numpy])
+def test_ddp_numbers_accepts(right):
+    assert outcome(check_ddp_numbers, right) == ("passed", "")
+
+
+def forgot_the_processes(n_samples, world_size, batch_size):
+    return batch_size, math.ceil(n_samples / batch_size)
+
+
+def steps_ignore_sharding(n_samples, world_size, batch_size):
+    return world_size * batch_size, math.ceil(n_samples / batch_size)
+
+
+def floor_drops_the_partial_batch(n_samples, world_size, batch_size):
+    return world_size * batch_size, n_samples // (world_size * batch_size)
+
+
+def floor_per_process(n_samples, world_size, batch_size):
+    """Rounds the shard down: forgets that the sampler pads it."""
+    return world_size * batch_size, math.ceil((n_samples // world_size) / batch_size)
+
+
+def returns_floats(n_samples, world_size, batch_size):
+    return float(world_size * batch_size), n_samples / (world_size * batch_size)
+
+
+def returns_a_list(n_samples, world_size, batch_size):
+    return [world_size * batch_size, math.ceil(n_samples / (world_size * batch_size))]
+
+
+def round_half_up(n_samples, world_size, batch_size):
+    """round(x + 0.5) as "round up": Python rounds halves to even, so 3.5 becomes 4 (but 4.5 also 4)."""
+    return world_size * batch_size, round(n_samples / (world_size * batch_size) + 0.5)
+
+
+def floor_plus_one(n_samples, world_size, batch_size):
+    return world_size * batch_size, n_samples // (world_size * batch_size) + 1
+
+
+def measured_without_a_process_group(n_samples, world_size, batch_size):
+    loader = DataLoader(range(n_samples), batch_size=batch_size, sampler=DistributedSampler(range(n_samples)))
+    return world_size * batch_size, len(loader)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "hint"),
+    [
+        (forgot_the_processes, "--batch-size is per process"),
+        (steps_ignore_sharding, "each process gets ceil(10000/4) samples"),
+        (floor_drops_the_partial_batch, "a last partial batch still counts as a step"),
+        (floor_per_process, "the sampler pads the shards"),
+        (round_half_up, "48 samples make exactly 3 global batches of 16: nothing is left over"),
+        (floor_plus_one, "64 samples make exactly 4 global batches of 16: nothing is left over"),
+        (returns_floats, "return a tuple of two ints"),
+        (returns_a_list, "return a tuple of two ints"),
+        (measured_without_a_process_group, "calling ddp_numbers(10000, 4, 32) raised"),
+    ],
+)
+def test_ddp_numbers_rejects(wrong, hint):
+    verdict, message = outcome(check_ddp_numbers, wrong)
+    assert verdict == "failed" and hint in message, message
+
+
+def test_true_numbers_match_hand_computation():
+    assert true_ddp_numbers(64, 2, 8) == (16, 4)
+    assert true_ddp_numbers(100, 4, 8) == (32, 4)  # 25 samples per process: 3 full batches and 1 partial
+    assert true_ddp_numbers(5, 8, 1) == (8, 1)  # more processes than samples: the sampler repeats some
+    assert true_ddp_numbers(48, 2, 8) == (16, 3)  # divides evenly: no extra step
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.0, True, "4"])
+def test_true_numbers_reject_bad_arguments(bad):
+    with pytest.raises((TypeError, ValueError), match="world_size"):
+        true_ddp_numbers(10, bad, 2)
+
+
+# --- Exercise 2 · Fix the sampler setup -------------------------------------------------------------
+
+def right_new_sampler_each_epoch(n_samples, world_size, rank, epochs, seed):
+    """The sampler shuffles with seed + epoch: a new sampler seeded seed + e is the same order."""
+    return [list(DistributedSampler(range(n_samples), world_size, rank, shuffle=True, seed=seed + e))
+            for e in range(epochs)]
+
+
+def right_by_hand(n_samples, world_size, rank, epochs, seed):
+    per_rank = math.ceil(n_samples / world_size)
+    out = []
+    for e in range(epochs):
+        order = torch.randperm(n_samples, generator=torch.Generator().manual_seed(seed + e)).tolist()
+        order += order[: per_rank * world_size - n_samples]  # pad with the start of the shuffled list
+        out.append(order[rank::world_size])
+    return out
+
+
+def right_tuples_and_keywords(n_samples, world_size, rank, epochs, seed):
+    sampler = DistributedSampler(dataset=list(range(n_samples)), num_replicas=world_size, rank=rank, seed=seed)
+    shards = []
+    for e in range(epochs):
+        sampler.set_epoch(e)
+        shards.append(tuple(iter(sampler)))
+    return shards
+
+
+@pytest.mark.parametrize("right", [right_new_sampler_each_epoch, right_by_hand, right_tuples_and_keywords])
+def test_epoch_shards_accepts(right):
+    assert outcome(check_epoch_shards, right) == ("passed", "")
+
+
+def sampler_for(n_samples, world_size, rank, seed, **kwargs):
+    return DistributedSampler(range(n_samples), num_replicas=world_size, rank=rank, shuffle=True, seed=seed, **kwargs)
+
+
+def no_set_epoch(n_samples, world_size, rank, epochs, seed):
+    sampler = sampler_for(n_samples, world_size, rank, seed)
+    return [list(sampler) for _ in range(epochs)]
+
+
+def seed_per_rank(n_samples, world_size, rank, epochs, seed):
+    return right_new_sampler_each_epoch(n_samples, world_size, rank, epochs, seed + 100 * rank)
+
+
+def epoch_per_rank(n_samples, world_size, rank, epochs, seed):
+    sampler = sampler_for(n_samples, world_size, rank, seed)
+    out = []
+    for e in range(epochs):
+        sampler.set_epoch(e + rank)
+        out.append(list(sampler))
+    return out
+
+
+def no_shuffle(n_samples, world_size, rank, epochs, seed):
+    sampler = DistributedSampler(range(n_samples), num_replicas=world_size, rank=rank, shuffle=False)
+    out = []
+    for e in range(epochs):
+        sampler.set_epoch(e)
+        out.append(list(sampler))
+    return out
+
+
+def drop_last(n_samples, world_size, rank, epochs, seed):
+    sampler = sampler_for(n_samples, world_size, rank, seed, drop_last=True)
+    out = []
+    for e in range(epochs):
+        sampler.set_epoch(e)
+        out.append(list(sampler))
+    return out
+
+
+def by_hand_without_padding(n_samples, world_size, rank, epochs, seed):
+    return [torch.randperm(n_samples, generator=torch.Generator().manual_seed(seed + e)).tolist()[rank::world_size]
+            for e in range(epochs)]
+
+
+def ignores_the_seed(n_samples, world_size, rank, epochs, seed):
+    return right_new_sampler_each_epoch(n_samples, world_size, rank, epochs, 1234)
+
+
+def no_process_group(n_samples, world_size, rank, epochs, seed):
+    sampler = DistributedSampler(range(n_samples), shuffle=True, seed=seed)  # needs an initialized group
+    return [list(sampler) for _ in range(epochs)]
+
+
+def returns_the_sampler(n_samples, world_size, rank, epochs, seed):
+    sampler = sampler_for(n_samples, world_size, rank, seed)
+    out = []
+    for e in range(epochs):
+        sampler.set_epoch(e)
+        out.append(sampler)
+    return out
+
+
+def batches_of_tensors(n_samples, world_size, rank, epochs, seed):  # a DataLoader's batches hold tensors
+    sampler = sampler_for(n_samples, world_size, rank, seed)
+    loader = DataLoader(range(n_samples), batch_size=2, sampler=sampler)
+    out = []
+    for e in range(epochs):
+        sampler.set_epoch(e)
+        out.append([i for batch in loader for i in batch])
+    return out
+
+
+def ignores_the_rank(n_samples, world_size, rank, epochs, seed):  # every rank builds rank 0's sampler
+    return right_tuples_and_keywords(n_samples, world_size, 0, epochs, seed)
+
+
+def both_bugs(n_samples, world_size, rank, epochs, seed):
+    return no_set_epoch(n_samples, world_size, rank, epochs, seed + rank)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "hint"),
+    [
+        (no_set_epoch, "call sampler.set_epoch(epoch)"),
+        (seed_per_rank, "the same seed and the same epoch number"),
+        (epoch_per_rank, "the same seed and the same epoch number"),
+        (no_shuffle, "shuffle (shuffle=True)"),
+        (drop_last, "keep drop_last=False"),
+        (by_hand_without_padding, "pads uneven data by repeating the first indices"),
+        (ignores_the_seed, "use the sampler, its seed and its epoch numbers"),
+        (no_process_group, "give DistributedSampler num_replicas=world_size and rank=rank"),
+        (returns_the_sampler, "got list of DistributedSampler"),
+        (batches_of_tensors, "got list of list of Tensor"),
+        (both_bugs, "the same seed"),
+        (ignores_the_rank, "12 samples on 3 ranks, epoch 0: every rank got the same indices, [8, 9, 2, 1], so the "
+                           "ranks all train on one shard. The rank was not used: pass rank=rank"),
+    ],
+)
+def test_epoch_shards_rejects(wrong, hint):
+    verdict, message = outcome(check_epoch_shards, wrong)
+    assert verdict == "failed" and hint in message, message
+
+
+def test_true_shards_are_padded_on_the_last_ranks_and_change_every_epoch():
+    shards = [true_epoch_shards(10, 4, rank, 2, 0) for rank in range(4)]
+    order = torch.randperm(10, generator=torch.Generator().manual_seed(0)).tolist()
+    assert [s[0] for s in shards] == [(order + order[:2])[r::4] for r in range(4)]
+    assert shards[0][0] != shards[0][1]
+
+
+# --- Exercise 3 · Accumulate without an all-reduce per micro-batch --------------------------------
+
+def right_split_loop(ddp, optimizer, loss_fn, micro_batches):
+    optimizer.zero_grad()
+    *early, last = micro_batches
+    with ddp.no_sync():
+        for x, y in early:
+            (loss_fn(ddp(x), y) / len(micro_batches)).backward()
+    x, y = last
+    (loss_fn(ddp(x), y) / len(micro_batches)).backward()
+    optimizer.step()
+
+
+def right_forward_inside_backward_outside(ddp, optimizer, loss_fn, micro_batches):
+    """DDP only looks at the forward: a backward outside no_sync() of a forward inside it stays local."""
+    optimizer.zero_grad(set_to_none=False)
+    k = len(micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
+        with ddp.no_sync() if i < k - 1 else contextlib.nullcontext():
+            loss = loss_fn(ddp(x), y) * (1 / k)
+        loss.backward()
+    optimizer.step()
+
+
+def right_scale_the_gradients(ddp, optimizer, loss_fn, micro_batches):
+    """Dividing the accumulated gradients by K before the step is the same as dividing each loss."""
+    optimizer.zero_grad()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(ddp.no_sync())
+        for x, y in micro_batches[:-1]:
+            loss_fn(ddp(x), y).backward()
+    loss_fn(ddp(micro_batches[-1][0]), micro_batches[-1][1]).backward()
+    for p in ddp.parameters():
+        p.grad /= len(micro_batches)
+    optimizer.step()
+
+
+def right_nanogpt_flag(ddp, optimizer, loss_fn, micro_batches):
+    """nanoGPT's loop: set the flag that no_sync() toggles, so that only the last forward syncs."""
+    optimizer.zero_grad()
+    k = len(micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
+        ddp.require_backward_grad_sync = i == k - 1
+        (loss_fn(ddp(x), y) / k).backward()
+    optimizer.step()
+
+
+def right_module_forward_for_early(ddp, optimizer, loss_fn, micro_batches):
+    """Bypassing the wrapper for the first K-1 forwards also accumulates locally under real DDP (2 gloo ranks:
+    one all-reduce, the exact mean gradient)."""
+    optimizer.zero_grad()
+    k = len(micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
+        net = ddp if i == k - 1 else ddp.module
+        (loss_fn(net(x), y) / k).backward()
+    optimizer.step()
+
+
+@pytest.mark.parametrize("right", [right_split_loop, right_forward_inside_backward_outside, right_scale_the_gradients,
+                                   right_nanogpt_flag, right_module_forward_for_early])
+def test_accumulate_step_accepts(right):
+    assert outcome(check_accumulate_step, right) == ("passed", "")
+
+
+def no_sync_around_the_backward_only(ddp, optimizer, loss_fn, micro_batches):
+    optimizer.zero_grad()
+    k = len(micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
+        loss = loss_fn(ddp(x), y) / k
+        with ddp.no_sync() if i < k - 1 else contextlib.nullcontext():
+            loss.backward()
+    optimizer.step()
+
+
+def everything_in_no_sync(ddp, optimizer, loss_fn, micro_batches):
+    optimizer.zero_grad()
+    with ddp.no_sync():
+        for x, y in micro_batches:
+            (loss_fn(ddp(x), y) / len(micro_batches)).backward()
+    optimizer.step()
+
+
+def no_no_sync(ddp, optimizer, loss_fn, micro_batches):
+    optimizer.zero_grad()
+    for x, y in micro_batches:
+        (loss_fn(ddp(x), y) / len(micro_batches)).backward()
+    optimizer.step()
+
+
+def sync_first(ddp, optimizer, loss_fn, micro_batches):
+    optimizer.zero_grad()
+    k = len(micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
+        with ddp.no_sync() if i > 0 else contextlib.nullcontext():
+            (loss_fn(ddp(x), y) / k).backward()
+    optimizer.step()
+
+
+def loss_not_divided(ddp, optimizer, loss_fn, micro_batches):
+    optimizer.zero_grad()
+    k = len(micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
+        with ddp.no_sync() if i < k - 1 else contextlib.nullcontext():
+            loss_fn(ddp(x), y).backward()
+    optimizer.step()
+
+
+def step_every_micro_batch(ddp, optimizer, loss_fn, micro_batches):
+    optimizer.zero_grad()
+    k = len(micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
+        with ddp.no_sync() if i < k - 1 else contextlib.nullcontext():
+            (loss_fn(ddp(x), y) / k).backward()
+        optimizer.step()
+
+
+def zero_grad_in_the_loop(ddp, optimizer, loss_fn, micro_batches):
+    k = len(micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
+        optimizer.zero_grad()
+        with ddp.no_sync() if i < k - 1 else contextlib.nullcontext():
+            (loss_fn(ddp(x), y) / k).backward()
+    optimizer.step()
+
+
+def never_zeroes(ddp, optimizer, loss_fn, micro_batches):
+    k = len(micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
+        with ddp.no_sync() if i < k - 1 else contextlib.nullcontext():
+            (loss_fn(ddp(x), y) / k).backward()
+    optimizer.step()
+    optimizer.zero_grad()  # afterwards: too late for the leftovers this step started with
+
+
+def bypasses_ddp(ddp, optimizer, loss_fn, micro_batches):
+    optimizer.zero_grad()
+    for x, y in micro_batches:
+        (loss_fn(ddp.module(x), y) / len(micro_batches)).backward()
+    optimizer.step()
+
+
+def module_for_the_last(ddp, optimizer, loss_fn, micro_batches):
+    optimizer.zero_grad()
+    k = len(micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
+        with ddp.no_sync() if i < k - 1 else contextlib.nullcontext():
+            net = ddp.module if i == k - 1 else ddp
+            (loss_fn(net(x), y) / k).backward()
+    optimizer.step()
+
+
+def flag_set_after_the_forward(ddp, optimizer, loss_fn, micro_batches):
+    """nanoGPT's flag, but set between forward and backward: DDP has already read it."""
+    optimizer.zero_grad()
+    k = len(micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
+        loss = loss_fn(ddp(x), y) / k
+        ddp.require_backward_grad_sync = i == k - 1
+        loss.backward()
+    optimizer.step()
+
+
+def one_backward_at_the_end(ddp, optimizer, loss_fn, micro_batches):
+    optimizer.zero_grad()
+    k = len(micro_batches)
+    total = 0
+    for i, (x, y) in enumerate(micro_batches):
+        with ddp.no_sync() if i < k - 1 else contextlib.nullcontext():
+            total = total + loss_fn(ddp(x), y) / k
+    total.backward()
+    optimizer.step()
+
+
+def no_sync_called_not_entered(ddp, optimizer, loss_fn, micro_batches):
+    optimizer.zero_grad()
+    for x, y in micro_batches[:-1]:
+        ddp.no_sync()  # creates the context manager and drops it
+        (loss_fn(ddp(x), y) / len(micro_batches)).backward()
+    (loss_fn(ddp(micro_batches[-1][0]), micro_batches[-1][1]) / len(micro_batches)).backward()
+    optimizer.step()
+
+
+def loss_on_a_tuple(ddp, optimizer, loss_fn, micro_batches):
+    optimizer.zero_grad()
+    with ddp.no_sync():
+        for batch in micro_batches[:-1]:
+            loss_fn(ddp(batch), batch).backward()
+    optimizer.step()
+
+
+def hard_coded_mse(ddp, optimizer, loss_fn, micro_batches):  # right for nn.MSELoss() only
+    optimizer.zero_grad()
+    k = len(micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
+        with ddp.no_sync() if i < k - 1 else contextlib.nullcontext():
+            (nn.functional.mse_loss(ddp(x), y) / k).backward()
+    optimizer.step()
+
+
+@pytest.mark.parametrize(
+    ("wrong", "hint"),
+    [
+        (hard_coded_mse, "loss_fn was L1Loss(), and the step used the gradient of a mean squared error instead"),
+        (no_sync_around_the_backward_only, "entering no_sync() only around the backward is too late"),
+        (everything_in_no_sync, "the last micro-batch ran inside no_sync()"),
+        (no_no_sync, "run the forward of each of the first K-1 micro-batches inside"),
+        (sync_first, "a micro-batch before the last set up the all-reduce, and the last ran inside"),
+        (loss_not_divided, "the step used 3 times the mean gradient"),
+        (step_every_micro_batch, "call optimizer.step() exactly once"),
+        (zero_grad_in_the_loop, "only the last micro-batch's gradient reached the step"),
+        (never_zeroes, "Start with optimizer.zero_grad()"),
+        (bypasses_ddp, "call ddp(x), not ddp.module(x)"),
+        (module_for_the_last, "the last micro-batch's forward bypassed the wrapper"),
+        (flag_set_after_the_forward, "a micro-batch before the last set up the all-reduce, and the last ran inside"),
+        (one_backward_at_the_end, "run each micro-batch's backward right after its forward"),
+        (no_sync_called_not_entered, "run the forward of each of the first K-1 micro-batches inside"),
+        (loss_on_a_tuple, "Likely cause: call ddp(x) for the forward"),
+    ],
+)
+def test_accumulate_step_rejects(wrong, hint):
+    verdict, message = outcome(check_accumulate_step, wrong)
+    assert verdict == "failed" and hint in message, message
+
+
+def test_the_stand_in_records_what_ddp_decides_in_forward():
+    log: list = []
+    ddp = RecordingDDP(nn.Linear(2, 1), log)
+    with ddp.no_sync():
+        inside = ddp(torch.ones(1, 2))
+    outside = ddp(torch.ones(1, 2))
+    with torch.no_grad():
+        ddp(torch.ones(1, 2))
+    (inside.sum() + outside.sum()).backward()
+    assert log[:3] == [("forward", False), ("forward", True), ("forward", False)]
+    assert sorted(log[3:]) == [("backward", False), ("backward", True)]
+    # Like DDP's no_sync(), it toggles the public flag that forward reads, and restores it.
+    assert ddp.require_backward_grad_sync is True
+    ddp.require_backward_grad_sync = False
+    with ddp.no_sync():
+        pass
+    assert ddp.require_backward_grad_sync is False
+    ddp(torch.ones(1, 2))
+    ddp.require_backward_grad_sync = True
+    ddp.module(torch.ones(1, 2))  # bypasses the wrapper: never synced
+    assert log[5:] == [("forward", False), ("forward", False)]
+    assert ddp.via_wrapper == [True, True, True, True, False]
+    del log[5:]
+    optimizer = RecordingSGD(ddp.parameters(), 0.5, log)
+    before = ddp.module.bias.detach().clone()
+    optimizer.step()
+    assert torch.allclose(ddp.module.bias, before - 0.5 * optimizer.stepped_with[0][1])
+
+
+def test_rejection_shows_the_hint():
+    assert "too late" in rejection(check_accumulate_step, no_sync_around_the_backward_only)
