@@ -194,7 +194,8 @@ def generated_messages() -> list[str]:
     """The strings the course's tools write into notebooks and READMEs: what ``tr`` translates."""
     titles = [ch.title for ch in CHAPTERS]
     words = ["Course map", "Prerequisites:", "Chapter", "Time", "Needs", "Open", "The chapters",
-             "about {minutes} min", "CPU", "CPU; some cells use a GPU", "CPU; some cells use 2 GPUs", TABLE_NOTE]
+             "about {minutes} min", "CPU", "CPU; some cells use a GPU", "CPU; some cells use 2 GPUs", TABLE_NOTE,
+             LANGUAGE_COMMENT]
     return list(dict.fromkeys(titles + words))
 
 
@@ -229,13 +230,16 @@ _SUPERSEDED = (
 )
 
 
+LANGUAGE_COMMENT = "exercise titles, verdicts and hints in this edition's language"
+
+
 def _setup(language: str = "en") -> str:
     """The generated setup in ``language``: a Chinese edition also asks ``utils`` for Chinese hints."""
     if language == "en":
         return SETUP
     anchor = "from utils import check_torch_version, try_gpu\n"
     return SETUP.replace(anchor, anchor + f'from utils import set_language\n\nset_language("{language}")  '
-                                          "# exercise titles, verdicts and hints in this edition's language\n")
+                                          f"# {tr(LANGUAGE_COMMENT, language)}\n")
 
 
 def _with_setup(source: str, language: str = "en") -> str:
