@@ -28,6 +28,10 @@ Chinese editions. ``notebooks/zh-Hans`` and ``notebooks/zh-Hant`` hold the same 
 (tests/test_translation.py checks it). A plain run re-runs the two editions in ``CHINESE_BY_DEFAULT``; name the
 folders to run them all: ``python -m pytest notebooks/zh-Hans notebooks/zh-Hant``.
 
+Hints in Chinese. In the exercise-check catalogues (``tests/test_exercises_*.py``) every ``outcome()`` also runs
+the check in 简体: its hint must be the English hint put through the ``utils`` catalogue (the same fix, in the
+same place), as the Chinese editions print it. The test itself then compares the English hint.
+
 Sockets. nbval's kernels and their clients talk through Unix sockets in a temporary folder, not TCP ports:
 another process could take a port between jupyter_client choosing it and the kernel binding it, and the
 kernel would die at start ("Kernel died before replying to kernel_info").
@@ -64,6 +68,37 @@ def pytest_ignore_collect(collection_path: Path, config):
         return None
     named = {Path(arg.split("::")[0]).resolve() for arg in config.args}
     return not named & {collection_path, folder}
+
+
+@pytest.fixture(autouse=True)
+def hints_in_chinese_too(request, monkeypatch):
+    """In an exercise catalogue, make ``outcome`` judge every answer in English and in 简体 (see the docstring)."""
+    if not request.module.__name__.startswith("test_exercises_"):
+        yield
+        return
+    from tools import translate
+    from utils import checks, i18n
+
+    english_outcome = checks.outcome
+    po = translate.language_catalogue(translate.load_catalogue(translate.UTILS_CATALOGUE), "zh-Hans")
+    table = {e.msgid: e.msgstr for e in po if e.msgstr}
+    patterns = translate.printed_patterns(table)
+
+    def both(check, *args, **kwargs):
+        verdict, hint = english_outcome(check, *args, **kwargs)
+        i18n.set_language("zh-Hans")
+        try:
+            chinese = english_outcome(check, *args, **kwargs)
+        finally:
+            i18n.set_language("en")
+        expected = "\n".join(translate.translate_printed(line, table, patterns) for line in hint.split("\n"))
+        assert chinese == (verdict, expected), f"the 简体 hint differs from the English one's translation:\n{chinese[1]}"
+        return verdict, hint
+
+    monkeypatch.setattr(checks, "outcome", both)
+    if hasattr(request.module, "outcome"):
+        monkeypatch.setattr(request.module, "outcome", both)
+    yield
 
 
 def required_gpus(environ=os.environ) -> int:

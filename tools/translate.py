@@ -344,11 +344,16 @@ def translate_printed(text: str, table: dict[str, str], patterns: list) -> str:
     return text
 
 
+def printed_patterns(table: dict[str, str]) -> list:
+    """The messages of ``table`` that have placeholders, as patterns, the most specific (longest text) first."""
+    return [(m, p) for m in sorted(table, key=lambda m: -len(re.sub(r"\{\w+\}", "", m)))
+            if (p := _placeholder_pattern(m)) is not None]
+
+
 def translate_outputs(cell, table: dict[str, str]) -> None:
     """Translate, line by line, what ``utils`` printed in a code cell's stream outputs (exercise verdicts and
     hints), as the Chinese edition's kernel prints it after ``set_language``."""
-    patterns = [(m, p) for m in sorted(table, key=lambda m: -len(re.sub(r"\{\w+\}", "", m)))
-                if (p := _placeholder_pattern(m)) is not None]
+    patterns = printed_patterns(table)
     for output in cell.get("outputs", []):
         if output.get("output_type") == "stream":
             lines = output["text"].split("\n")
