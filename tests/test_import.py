@@ -1,7 +1,7 @@
 """Importing the helpers is cheap, never initializes CUDA, and loads heavy libraries only on use.
 
 "Cheap" is checked by what the import loads, not by a stopwatch (a busy machine must not fail the
-suite): on top of torch, `import utils` may load its own three small modules and nothing else. Measure
+suite): on top of torch, `import utils` may load its own four small modules and nothing else. Measure
 the time by hand with `python -X importtime -c "import torch, utils"`.
 """
 
@@ -37,8 +37,8 @@ def test_import_is_cheap_lazy_and_leaves_cuda_alone():
     first = probe()
     # `import utils` loads the device helpers (with their argument checks) and the exercise mechanism,
     # and nothing else: no module of torch's, the standard library's or anyone's that torch had not.
-    assert first["new"] == ["utils", "utils._validate", "utils.checks", "utils.devices"]
-    assert first["after_utils"] == ["utils._validate", "utils.checks", "utils.devices"]
+    assert first["new"] == ["utils", "utils._validate", "utils.checks", "utils.devices", "utils.i18n"]
+    assert first["after_utils"] == ["utils._validate", "utils.checks", "utils.devices", "utils.i18n"]
     # The sub-modules import matplotlib, ipywidgets and torch.utils.benchmark only when used.
     assert first["heavy"] == []
     assert first["cuda_initialized"] is False

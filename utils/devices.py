@@ -31,6 +31,7 @@ import re
 import torch
 
 from utils._validate import check_int
+from utils.i18n import _
 
 __all__ = [
     "GPU_TYPES",
@@ -107,9 +108,12 @@ def requires(kind: str = "cuda", count: int = 1) -> bool:
     have = num_gpus() if gpu_type() == kind else 0
     if have >= count:
         return True
-    need = "a" if count == 1 else str(count)
-    plural = "" if count == 1 else "s"
-    print(f"Skipped: this cell needs {need} {kind.upper()} device{plural}; this machine has {have}.")
+    if count == 1:
+        print(_("Skipped: this cell needs a {kind} device; this machine has {have}.").format(
+            kind=kind.upper(), have=have))
+    else:
+        print(_("Skipped: this cell needs {count} {kind} devices; this machine has {have}.").format(
+            count=count, kind=kind.upper(), have=have))
     return False
 
 
@@ -137,8 +141,6 @@ def check_torch_version(version: str | None = None, minimum: tuple[int, int] = M
     if (int(match.group(1)), int(match.group(2))) >= minimum:
         return True
     need = ".".join(map(str, minimum))
-    print(
-        f"Note: this is PyTorch {version}; the course needs {need} or newer. Some cells will fail or print "
-        f"other values. Upgrade with: pip install --upgrade 'torch>={need}'"
-    )
+    print(_("Note: this is PyTorch {version}; the course needs {need} or newer. Some cells will fail or print "
+            "other values. Upgrade with: pip install --upgrade 'torch>={need}'").format(version=version, need=need))
     return False
