@@ -305,10 +305,11 @@ def _dump(nb) -> str:
     return nbformat.writes(nb) + "\n"
 
 
-def chinese_editions(chapters) -> dict[Path, str | bytes]:
+def chinese_editions(chapters, english: dict | None = None) -> dict[Path, str | bytes]:
     """The Chinese editions of ``chapters`` as ``sync`` writes them: each chapter's 简体 catalogue brought up to
     date, and its notebook in 简体 and 繁體; ``course.po``, the generated strings' catalogue; ``utils.po``, the
-    catalogue of what ``utils`` prints, and its compiled ``.mo`` files, which ``utils.set_language`` reads."""
+    catalogue of what ``utils`` prints, and its compiled ``.mo`` files, which ``utils.set_language`` reads.
+    ``english``: chapter number -> its notebook already synced, where the caller has it."""
     from tools import translate
 
     known = translate.known_translations()
@@ -322,12 +323,12 @@ def chinese_editions(chapters) -> dict[Path, str | bytes]:
         files[path] = mo
         printed[language] = {e.msgid: e.msgstr for e in translate.language_catalogue(utils_po, language) if e.msgstr}
     for ch in chapters:
-        english = synced(ch, nbformat.read(ch.path, as_version=4))
+        source = (english or {}).get(ch.number) or synced(ch, nbformat.read(ch.path, as_version=4))
         old = translate.load_catalogue(ch.path.stem)
-        po = translate.updated_catalogue(translate.notebook_messages(english), old, known)
+        po = translate.updated_catalogue(translate.notebook_messages(source), old, known)
         files[translate.catalogue_path(ch.path.stem)] = translate.catalogue_text(po)
         for language in LANGUAGES[1:]:
-            edition = translate.translated_notebook(synced(ch, english, language), po, language, printed[language])
+            edition = translate.translated_notebook(synced(ch, source, language), po, language, printed[language])
             _set_slideshow(edition, edition.cells)  # slides split where the Chinese text needs it
             files[ch.path_in(language)] = _dump(edition)
     return files
@@ -335,13 +336,14 @@ def chinese_editions(chapters) -> dict[Path, str | bytes]:
 
 def stale() -> list[str]:
     """Files whose generated parts are out of date (or chapters whose notebook is missing)."""
-    out = []
+    out, english = [], {}
     for ch in CHAPTERS:
         if not ch.path.exists():
             out.append(f"{ch.file} (missing)")
             continue
         text = ch.path.read_text(encoding="utf-8")
-        if _dump(synced(ch, nbformat.reads(text, as_version=4))) != text:
+        english[ch.number] = synced(ch, nbformat.reads(text, as_version=4))
+        if _dump(english[ch.number]) != text:
             out.append(ch.file)
     listed = {c.file for c in CHAPTERS}
     out += [f"{p.name} (not in CHAPTERS)" for p in sorted(NOTEBOOKS.glob("*.ipynb")) if p.name not in listed]
@@ -349,7 +351,7 @@ def stale() -> list[str]:
         readme = path.read_text(encoding="utf-8")
         if synced_readme(readme, language) != readme:
             out.append(path.name)
-    for path, text in chinese_editions([c for c in CHAPTERS if c.path.exists()]).items():
+    for path, text in chinese_editions([c for c in CHAPTERS if c.path.exists()], english).items():
         if not path.exists() or (path.read_bytes() if isinstance(text, bytes) else path.read_text("utf-8")) != text:
             out.append(str(path.relative_to(ROOT)))
     return out

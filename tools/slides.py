@@ -325,7 +325,7 @@ def heading_kind(cell) -> str | None:
 def _wide(text: str) -> int:
     """How many characters of ``text`` are wide (Chinese characters and full-width punctuation): a monospace font
     gives them two columns, a proportional one about 1 em."""
-    return sum(unicodedata.east_asian_width(c) in "WF" for c in text)
+    return 0 if text.isascii() else sum(unicodedata.east_asian_width(c) in "WF" for c in text)
 
 
 def _columns(line: str) -> int:

@@ -18,6 +18,7 @@ import io
 import re
 import tempfile
 import tokenize
+import functools
 from functools import cache
 from pathlib import Path
 
@@ -53,13 +54,15 @@ def catalogue_path(stem: str, language: str = "zh-Hans") -> Path:
 
 # --- what a notebook asks translators for ----------------------------------------------------------------
 
-def markdown_messages(markdown: str) -> list[str]:
+@functools.lru_cache(maxsize=4096)
+def markdown_messages(markdown: str) -> tuple[str, ...]:
     """The messages of one Markdown cell, as ``mdpo`` splits it (code blocks are not messages)."""
     from mdpo.md2po import markdown_to_pofile
 
-    return [entry.msgid for entry in markdown_to_pofile(markdown)]
+    return tuple(entry.msgid for entry in markdown_to_pofile(markdown))
 
 
+@functools.lru_cache(maxsize=4096)
 def _comment_runs(code: str) -> list[tuple[int, int, list[tuple[int, int, int]], str]]:
     """Comments of a code cell, consecutive full-line comments at one indentation joined into one run:
     ``(first line, indent or -1 for a trailing comment, [(line, start col, end col)], text)``."""
@@ -271,6 +274,7 @@ def translated_notebook(nb, po: polib.POFile, language: str, printed: dict[str, 
     po = language_catalogue(po, language)
     table = {e.msgid: e.msgstr for e in po if e.msgstr}
     lookup = _lookup_catalogue(po)
+    patterns = printed_patterns(printed) if printed else []
     for cell in nb.cells:
         if GENERATED_TAGS & set(cell.get("metadata", {}).get("tags", [])):
             continue
@@ -280,7 +284,7 @@ def translated_notebook(nb, po: polib.POFile, language: str, printed: dict[str, 
         elif cell.cell_type == "code":
             cell.source = translate_code(cell.source, table)
             if printed:
-                translate_outputs(cell, printed)
+                translate_outputs(cell, printed, patterns)
     return nb
 
 
@@ -350,10 +354,11 @@ def printed_patterns(table: dict[str, str]) -> list:
             if (p := _placeholder_pattern(m)) is not None]
 
 
-def translate_outputs(cell, table: dict[str, str]) -> None:
+def translate_outputs(cell, table: dict[str, str], patterns: list | None = None) -> None:
     """Translate, line by line, what ``utils`` printed in a code cell's stream outputs (exercise verdicts and
-    hints), as the Chinese edition's kernel prints it after ``set_language``."""
-    patterns = printed_patterns(table)
+    hints), as the Chinese edition's kernel prints it after ``set_language``. ``patterns``: ``printed_patterns
+    (table)``, when the caller has it already."""
+    patterns = printed_patterns(table) if patterns is None else patterns
     for output in cell.get("outputs", []):
         if output.get("output_type") == "stream":
             lines = output["text"].split("\n")
