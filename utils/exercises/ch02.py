@@ -15,6 +15,7 @@ cause cannot be told from that, it says so.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -22,8 +23,14 @@ import torch
 from torch import nn
 
 from utils.checks import exercise, expect, learner_code
+from utils.i18n import N_, _
 
 __all__ = ["check_init_xavier", "check_initialize_lazy", "check_lazy_optimizer"]
+
+
+def _causes(table: dict[str, str]) -> dict[str, str]:
+    """A table of causes (marked with ``N_``) in the learner's language."""
+    return {piece: _(cause) for piece, cause in table.items()}
 
 
 class _Projection(nn.Linear):
@@ -37,15 +44,15 @@ def _expect_trainable(layers: dict[int | str, nn.Module]) -> None:
         for name, p in layer.named_parameters():
             expect(
                 not p.is_inference(),
-                f"layer {i}'s {name} is an inference tensor, which autograd can never train: the dry run ran "
-                "under torch.inference_mode(), so the lazy layer made its parameters there. Run it plainly or "
-                "under torch.no_grad()",
+                _("layer {index}'s {name} is an inference tensor, which autograd can never train: the dry run ran "
+                  "under torch.inference_mode(), so the lazy layer made its parameters there. Run it plainly or "
+                  "under torch.no_grad()").format(index=i, name=name),
             )
             expect(
                 p.requires_grad,
-                f"layer {i}'s {name} no longer requires grad, so it would never train: leave requires_grad as "
-                "it is. To fill a parameter in place, use nn.init (it turns gradient recording off by itself) "
-                "or make the edit inside `with torch.no_grad():`",
+                _("layer {index}'s {name} no longer requires grad, so it would never train: leave requires_grad as "
+                  "it is. To fill a parameter in place, use nn.init (it turns gradient recording off by itself) "
+                  "or make the edit inside `with torch.no_grad():`").format(index=i, name=name),
             )
 
 
@@ -61,7 +68,7 @@ def _changed(net: nn.Sequential, kept: dict[int, list[torch.Tensor]]) -> list[st
 
 
 #: Where Exercises 2 and 3 also run the answer: a network and an example on 'meta' (a stand-in for a GPU).
-_ELSEWHERE = (
+_ELSEWHERE = N_(
     "run the dry run on example_input itself: a tensor made for it (torch.randn, torch.ones) lands on the "
     "default device, the CPU, while the network may be on a GPU"
 )
@@ -70,17 +77,21 @@ _ELSEWHERE = (
 def _expect_dry_run_where_the_example_is(answer: Callable[..., object], call: str, net: nn.Sequential) -> None:
     """Run ``answer(net, example)`` with ``net`` (lazy, on meta, first layer LazyLinear(8)) and a (4, 5) example
     on meta: the dry run must have given the first layer its (8, 5) weight there."""
-    with learner_code(f"{call} with the network and the example on the 'meta' device", _ELSEWHERE):
+    with learner_code(_("{call} with the network and the example on the 'meta' device").format(call=call),
+                      _(_ELSEWHERE)):
         answer(net, torch.empty(4, 5, device="meta"))
-    expect(net[0].weight.shape == (8, 5), f"on the 'meta' device, the dry run did not run: {_ELSEWHERE}")
+    expect(net[0].weight.shape == (8, 5),
+           _("on the 'meta' device, the dry run did not run: {advice}").format(advice=_(_ELSEWHERE)))
 
 
 #: Errors an answer raises when the network is a single layer, not a container.
 _NOT_A_CONTAINER = {
-    "object is not iterable": "the network here is a single layer, not a container, and `for m in net` needs a "
-                              "container: walk it with net.modules() or net.apply(...), which include net itself",
-    "object is not subscriptable": "the network here is a single layer, not a container, and net[i] needs a "
-                                   "container: walk it with net.modules() or net.apply(...), which include net itself",
+    "object is not iterable": N_("the network here is a single layer, not a container, and `for m in net` needs a "
+                                 "container: walk it with net.modules() or net.apply(...), which include net "
+                                 "itself"),
+    "object is not subscriptable": N_("the network here is a single layer, not a container, and net[i] needs a "
+                                      "container: walk it with net.modules() or net.apply(...), which include net "
+                                      "itself"),
 }
 
 
@@ -119,15 +130,15 @@ def _xavier_std(m: nn.Linear) -> float:
 
 #: Errors an Exercise 1 answer raises, and what each tells.
 _XAVIER_ERRORS = {
-    "object has no attribute 'weight'": "your function reached a module without a weight (ReLU has none): test the "
-                                        "module first, isinstance(m, nn.Linear)",
-    "object has no attribute 'bias'": "your function reached a module without a bias (ReLU has none): test the "
-                                      "module first, isinstance(m, nn.Linear)",
-    "'NoneType' object has no attribute": "a None reached nn.init: a layer built with bias=False has m.bias None. "
-                                          "Skip its bias (if m.bias is not None), but still initialize its weight",
-    "fewer than 2 dimensions": "Xavier was given a tensor of fewer than 2 dimensions (a bias, or LayerNorm's 1-D "
-                               "weight): Xavier fills a 2-D weight, a bias needs nn.init.zeros_, and the test "
-                               "isinstance(m, nn.Linear) keeps other layers out",
+    "object has no attribute 'weight'": N_("your function reached a module without a weight (ReLU has none): test "
+                                           "the module first, isinstance(m, nn.Linear)"),
+    "object has no attribute 'bias'": N_("your function reached a module without a bias (ReLU has none): test the "
+                                         "module first, isinstance(m, nn.Linear)"),
+    "'NoneType' object has no attribute": N_("a None reached nn.init: a layer built with bias=False has m.bias None. "
+                                             "Skip its bias (if m.bias is not None), but still initialize its weight"),
+    "fewer than 2 dimensions": N_("Xavier was given a tensor of fewer than 2 dimensions (a bias, or LayerNorm's 1-D "
+                                  "weight): Xavier fills a 2-D weight, a bias needs nn.init.zeros_, and the test "
+                                  "isinstance(m, nn.Linear) keeps other layers out"),
 }
 
 
@@ -140,9 +151,9 @@ class _Block(nn.Module):
         self.proj = nn.Linear(width, out)
 
 
-def _why_left_alone(init_fn: Callable[[nn.Module], object], *, bare: bool) -> str:
-    """Why ``init_fn`` left a layer as it was, where a probe can tell: it may act only on a container's
-    children. Probed on fresh layers: one given to apply itself, one inside an nn.Sequential."""
+def _why_left_alone(init_fn: Callable[[nn.Module], object], what: str, *, bare: bool) -> str:
+    """The hint for ``what``, a layer ``init_fn`` left as it was, with why where a probe can tell: it may act only
+    on a container's children. Probed on fresh layers: one given to apply itself, one inside an nn.Sequential."""
     changed = []
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(3)
@@ -152,45 +163,56 @@ def _why_left_alone(init_fn: Callable[[nn.Module], object], *, bare: bool) -> st
             try:
                 (nn.Sequential(layer) if wrap else layer).apply(init_fn)
             except Exception:  # noqa: BLE001 - a probe: an error here tells nothing more
-                return ": why is not known from here. apply calls your function on every module, the root included"
+                return _("{layer} was left as it was, while the layers of a flat nn.Sequential were initialized: "
+                         "why is not known from here. apply calls your function on every module, the root "
+                         "included").format(layer=what)
             changed.append(not torch.equal(layer.weight, before))
+    if changed == [False, True] and bare:
+        return _("{layer} was left as it was, while the layers of a flat nn.Sequential were initialized; the same "
+                 "layer inside an nn.Sequential is initialized: your function initializes a container's children, "
+                 "not m itself. apply already calls it on every module, at every depth and on the root: test m "
+                 "itself with isinstance(m, nn.Linear) and fill m.weight and m.bias").format(layer=what)
     if changed == [False, True]:
-        return (("; the same layer inside an nn.Sequential is initialized" if bare else
-                 ". A bare nn.Linear given to apply is left as it is too, while the same layer inside an "
-                 "nn.Sequential is initialized") + ": your function initializes a container's children, not m itself. "
-                "apply already calls it on every module, at every depth and on the root: test m itself with "
-                "isinstance(m, nn.Linear) and fill m.weight and m.bias")
-    return (": why is not known from here. apply calls your function on every module, at every depth and on "
-            "the root: act on m itself whenever isinstance(m, nn.Linear)")
+        return _("{layer} was left as it was, while the layers of a flat nn.Sequential were initialized. A bare "
+                 "nn.Linear given to apply is left as it is too, while the same layer inside an nn.Sequential is "
+                 "initialized: your function initializes a container's children, not m itself. apply already "
+                 "calls it on every module, at every depth and on the root: test m itself with "
+                 "isinstance(m, nn.Linear) and fill m.weight and m.bias").format(layer=what)
+    return _("{layer} was left as it was, while the layers of a flat nn.Sequential were initialized: why is not "
+             "known from here. apply calls your function on every module, at every depth and on the root: act on "
+             "m itself whenever isinstance(m, nn.Linear)").format(layer=what)
 
 
 def _expect_xavier_layer(what: str, layer: nn.Linear, *, has_bias: bool) -> None:
     """``layer`` has Xavier-uniform weights (std and bound) and, if it has a bias, a zero one."""
     weight = getattr(layer, "weight", None)
-    expect(isinstance(weight, torch.Tensor), f"{what} has no weight tensor now: fill it in place with "
-                                             "nn.init.xavier_uniform_(m.weight)")
+    expect(isinstance(weight, torch.Tensor), _("{layer} has no weight tensor now: fill it in place with "
+                                               "nn.init.xavier_uniform_(m.weight)").format(layer=what))
     if has_bias:
         expect(getattr(layer, "bias", None) is not None,
-               f"{what}'s bias is None now: assigning m.bias = None removes the parameter instead of filling it. "
-               "Fill it in place with nn.init.zeros_(m.bias)")
-        expect(bool((layer.bias == 0).all()), f"{what} still has non-zero biases: set them with nn.init.zeros_(m.bias)")
+               _("{layer}'s bias is None now: assigning m.bias = None removes the parameter instead of filling it. "
+                 "Fill it in place with nn.init.zeros_(m.bias)").format(layer=what))
+        expect(bool((layer.bias == 0).all()),
+               _("{layer} still has non-zero biases: set them with nn.init.zeros_(m.bias)").format(layer=what))
     std = _xavier_std(layer)
     expect(
         _std_matches(weight, std),
-        f"{what} has weights of std {weight.std().item():.4f}; Xavier gives sqrt(2 / (fan_in + fan_out)) = "
-        f"{std:.4f}. Use nn.init.xavier_uniform_ with its default gain",
+        _("{layer} has weights of std {std}; Xavier gives sqrt(2 / (fan_in + fan_out)) = "
+          "{expected}. Use nn.init.xavier_uniform_ with its default gain").format(
+              layer=what, std=format(weight.std().item(), ".4f"), expected=format(std, ".4f")),
     )
     expect(
         weight.abs().max().item() <= math.sqrt(3) * std * (1 + 1e-6),
-        f"{what} has weights beyond the Xavier-uniform bound sqrt(6 / (fan_in + fan_out)) = {math.sqrt(3) * std:.4f}: "
-        "use the uniform variant (xavier_uniform_), not xavier_normal_",
+        _("{layer} has weights beyond the Xavier-uniform bound sqrt(6 / (fan_in + fan_out)) = {bound}: "
+          "use the uniform variant (xavier_uniform_), not xavier_normal_").format(
+              layer=what, bound=format(math.sqrt(3) * std, ".4f")),
     )
 
 
 @exercise("Exercise 1 · An init function for Module.apply")
 def check_init_xavier(init_fn: Callable[[nn.Module], object]) -> None:
     """``net.apply(init_fn)`` gives every linear layer Xavier-uniform weights and zero biases, in place."""
-    expect(callable(init_fn), "pass the function itself, e.g. check_init_xavier(init_xavier)")
+    expect(callable(init_fn), _("pass the function itself, e.g. check_init_xavier(init_xavier)"))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         # net.apply only visits the modules: the last two (not linear, with weights of 3 and 2 dimensions)
@@ -209,102 +231,113 @@ def check_init_xavier(init_fn: Callable[[nn.Module], object]) -> None:
         built = {name: p.detach().clone() for name, p in before.items()}
         memory = {name: p.data_ptr() for name, p in before.items()}
         with learner_code(
-            "net.apply(init_xavier) on a network of Linear, ReLU, a subclass of nn.Linear, LayerNorm, Conv1d and "
-            "Embedding",
-            "not known from here: apply calls your function on the ReLU, LayerNorm, Conv1d and Embedding as well "
-            "as on the linear layers",
-            _XAVIER_ERRORS,
+            _("net.apply(init_xavier) on a network of Linear, ReLU, a subclass of nn.Linear, LayerNorm, Conv1d and "
+              "Embedding"),
+            _("not known from here: apply calls your function on the ReLU, LayerNorm, Conv1d and Embedding as well "
+              "as on the linear layers"),
+            _causes(_XAVIER_ERRORS),
         ):
             net.apply(init_fn)
     linears = [net[0], net[2], net[4]]
     _expect_trainable(dict(zip((0, 2, 4), linears, strict=True)))
     for i, layer in zip((0, 2, 4), linears, strict=True):
-        kind = "a subclass of nn.Linear" if type(layer) is not nn.Linear else "an nn.Linear"
-        what = f"layer {i} ({kind}, {layer.in_features}→{layer.out_features}"
+        kind = _("a subclass of nn.Linear") if type(layer) is not nn.Linear else _("an nn.Linear")
+        what = _("layer {index} ({kind}, {n_in}→{n_out})").format(
+            index=i, kind=kind, n_in=layer.in_features, n_out=layer.out_features)
         for name in ("weight", "bias"):
             fill = "nn.init.xavier_uniform_(m.weight)" if name == "weight" else "nn.init.zeros_(m.bias)"
             expect(
                 getattr(layer, name, None) is not None,
-                f"{what})'s {name} is None now: assigning m.{name} = None removes the parameter instead of "
-                f"filling it. Fill it in place with {fill}",
+                _("{layer}'s {name} is None now: assigning m.{name} = None removes the parameter instead of "
+                  "filling it. Fill it in place with {fill}").format(layer=what, name=name, fill=fill),
             )
             expect(
                 getattr(layer, name) is before[f"{i}.{name}"],
-                f"{what})'s {name} is a new Parameter object: fill the layer's own tensor in place "
-                f"(nn.init.xavier_uniform_(m.weight), nn.init.zeros_(m.bias)); an optimizer or a tie made "
-                "earlier still holds the old one",
+                _("{layer}'s {name} is a new Parameter object: fill the layer's own tensor in place "
+                  "(nn.init.xavier_uniform_(m.weight), nn.init.zeros_(m.bias)); an optimizer or a tie made "
+                  "earlier still holds the old one").format(layer=what, name=name),
             )
             dtype = dtypes[f"{i}.{name}"]
             expect(
                 getattr(layer, name).dtype == dtype,
-                f"{what}, {dtype})'s {name} is {getattr(layer, name).dtype} now: a freshly made tensor "
-                "assigned through .data keeps neither the layer's dtype nor its device. Fill the layer's own "
-                "tensor in place with nn.init",
+                _("{layer}'s {name} is {dtype} now: a freshly made tensor "
+                  "assigned through .data keeps neither the layer's dtype nor its device. Fill the layer's own "
+                  "tensor in place with nn.init").format(
+                      layer=_("layer {index} ({kind}, {n_in}→{n_out}, {dtype})").format(
+                          index=i, kind=kind, n_in=layer.in_features, n_out=layer.out_features, dtype=dtype),
+                      name=name, dtype=getattr(layer, name).dtype),
             )
     for i, layer in zip((0, 2, 4), linears, strict=True):
-        kind = "a subclass of nn.Linear" if type(layer) is not nn.Linear else "an nn.Linear"
-        what = f"layer {i} ({kind}, {layer.in_features}→{layer.out_features}"
+        kind = _("a subclass of nn.Linear") if type(layer) is not nn.Linear else _("an nn.Linear")
+        what = _("layer {index} ({kind}, {n_in}→{n_out})").format(
+            index=i, kind=kind, n_in=layer.in_features, n_out=layer.out_features)
         for name in ("weight", "bias"):
             expect(
                 getattr(layer, name).data_ptr() == memory[f"{i}.{name}"],
-                f"{what})'s {name} is the same Parameter but no longer uses its own memory: assigning to .data "
-                "(or calling set_) swaps in another tensor instead of filling this one, and a state_dict() or a "
-                "view taken earlier no longer follows it. Fill it in place: nn.init.xavier_uniform_(m.weight), "
-                "nn.init.zeros_(m.bias)",
+                _("{layer}'s {name} is the same Parameter but no longer uses its own memory: assigning to .data "
+                  "(or calling set_) swaps in another tensor instead of filling this one, and a state_dict() or a "
+                  "view taken earlier no longer follows it. Fill it in place: nn.init.xavier_uniform_(m.weight), "
+                  "nn.init.zeros_(m.bias)").format(layer=what, name=name),
             )
         if all(torch.equal(getattr(layer, name), built[f"{i}.{name}"]) for name in ("weight", "bias")):
             if i == 0:
-                why = ("why is not known from here. Check that your test matches an nn.Linear and that you fill "
-                       "m.weight and m.bias themselves (nn.init's functions work in place), not a copy")
+                why = _("why is not known from here. Check that your test matches an nn.Linear and that you fill "
+                        "m.weight and m.bias themselves (nn.init's functions work in place), not a copy")
             elif i == 2:
-                why = ("it differs from layer 0 by its class. Test the layer with isinstance(m, nn.Linear), not "
-                       "type(m) == nn.Linear or its class name (a subclass need not have 'Linear' in its name)")
+                why = _("it differs from layer 0 by its class. Test the layer with isinstance(m, nn.Linear), not "
+                        "type(m) == nn.Linear or its class name (a subclass need not have 'Linear' in its name)")
             else:
-                why = ("it differs from layer 0 by its dtype, float64, and its place; why your function skipped it "
-                       "is not known from here")
-            expect(False, f"{what}) was left as it was: net.apply(init_xavier) changed neither its weight nor its "
-                          f"bias{'' if i == 0 else ', while layer 0 (an nn.Linear) was initialized'}: {why}")
+                why = _("it differs from layer 0 by its dtype, float64, and its place; why your function skipped it "
+                        "is not known from here")
+            expect(False, (_("{layer} was left as it was: net.apply(init_xavier) changed neither its weight nor its "
+                             "bias: {why}") if i == 0 else
+                           _("{layer} was left as it was: net.apply(init_xavier) changed neither its weight nor its "
+                             "bias, while layer 0 (an nn.Linear) was initialized: {why}")).format(layer=what, why=why))
         expect(bool((layer.bias == 0).all()),
-               f"{what}) still has non-zero biases: set them with nn.init.zeros_(m.bias)")
+               _("{layer} still has non-zero biases: set them with nn.init.zeros_(m.bias)").format(layer=what))
         std = _xavier_std(layer)
         expect(
             _std_matches(layer.weight, std),
-            f"layer {i}'s weights have std {layer.weight.std().item():.4f}; Xavier gives "
-            f"sqrt(2 / (fan_in + fan_out)) = {std:.4f}. Use nn.init.xavier_uniform_ with its default gain",
+            _("layer {index}'s weights have std {std}; Xavier gives "
+              "sqrt(2 / (fan_in + fan_out)) = {expected}. Use nn.init.xavier_uniform_ with its default gain").format(
+                  index=i, std=format(layer.weight.std().item(), ".4f"), expected=format(std, ".4f")),
         )
         expect(
             layer.weight.abs().max().item() <= math.sqrt(3) * std * (1 + 1e-6),
-            f"layer {i}'s weights exceed the Xavier-uniform bound sqrt(6 / (fan_in + fan_out)) = "
-            f"{math.sqrt(3) * std:.4f}: use the uniform variant (xavier_uniform_), not xavier_normal_",
+            _("layer {index}'s weights exceed the Xavier-uniform bound sqrt(6 / (fan_in + fan_out)) = "
+              "{bound}: use the uniform variant (xavier_uniform_), not xavier_normal_").format(
+                  index=i, bound=format(math.sqrt(3) * std, ".4f")),
         )
     pooled = _standardized(linears, _xavier_std) / math.sqrt(3)  # U(-1, 1) if the answer is right
     expect(
         _ks_distance(pooled, lambda x: ((x + 1) / 2).clamp(0, 1)) <= _ks_limit(pooled.numel()),
-        "the weights have the right std and stay inside the bound, but they are not uniformly distributed "
-        "on [-b, b]: Xavier-uniform is a uniform law, use nn.init.xavier_uniform_",
+        _("the weights have the right std and stay inside the bound, but they are not uniformly distributed "
+          "on [-b, b]: Xavier-uniform is a uniform law, use nn.init.xavier_uniform_"),
     )
     changed = _changed(net, others)
     expect(
         not changed,
-        f"the {' and the '.join(changed)} changed: initialize linear layers only and leave every other module "
-        "alone. A test such as isinstance(m, (nn.Linear, nn.Conv2d)), or on the weight's number of dimensions, "
-        "reaches other layers too; isinstance(m, nn.Linear) is the test",
+        _("the {modules} changed: initialize linear layers only and leave every other module "
+          "alone. A test such as isinstance(m, (nn.Linear, nn.Conv2d)), or on the weight's number of dimensions, "
+          "reaches other layers too; isinstance(m, nn.Linear) is the test").format(
+              modules=functools.reduce(lambda modules, module: _("{modules} and the {module}").format(
+                  modules=modules, module=module), changed) if changed else ""),
     )
     # A linear layer built with bias=False has m.bias None: the answer skips that bias, not the layer.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(1)
         no_bias = nn.Sequential(nn.Linear(200, 100, bias=False))
         with learner_code(
-            "net.apply(init_xavier) on a network with an nn.Linear(200, 100, bias=False)",
-            "not known from here: what is new in this network is a linear layer built with bias=False",
-            _XAVIER_ERRORS,
+            _("net.apply(init_xavier) on a network with an nn.Linear(200, 100, bias=False)"),
+            _("not known from here: what is new in this network is a linear layer built with bias=False"),
+            _causes(_XAVIER_ERRORS),
         ):
             no_bias.apply(init_fn)
     weight = getattr(no_bias[0], "weight", None)
     expect(
         isinstance(weight, torch.Tensor) and weight.shape == (100, 200) and _std_matches(weight, math.sqrt(2 / 300)),
-        "an nn.Linear(200, 100, bias=False) did not get Xavier weights: a layer without a bias is a linear layer "
-        "too. Test m.bias is not None only around nn.init.zeros_(m.bias), and initialize every weight",
+        _("an nn.Linear(200, 100, bias=False) did not get Xavier weights: a layer without a bias is a linear layer "
+          "too. Test m.bias is not None only around nn.init.zeros_(m.bias), and initialize every weight"),
     )
     # A nested network (a custom block inside nn.Sequential) and bare layers: apply calls init_fn on every
     # module at every depth, the root included, so an answer must act on m itself.
@@ -317,29 +350,29 @@ def check_init_xavier(init_fn: Callable[[nn.Module], object]) -> None:
         norm = [p.detach().clone() for p in nested[1].norm.parameters()]
         bare, bare_no_bias = nn.Linear(250, 90), nn.Linear(90, 250, bias=False)
         where = {
-            "layer 0.0 (an nn.Linear, 120→240, inside an inner nn.Sequential)": nested[0][0],
-            "layer 1.proj (an nn.Linear, 240→60, an attribute of a custom module)": nested[1].proj,
-            "a bare nn.Linear(250, 90) given to apply itself": bare,
-            "a bare nn.Linear(90, 250, bias=False) given to apply itself": bare_no_bias,
+            _("layer 0.0 (an nn.Linear, 120→240, inside an inner nn.Sequential)"): nested[0][0],
+            _("layer 1.proj (an nn.Linear, 240→60, an attribute of a custom module)"): nested[1].proj,
+            _("a bare nn.Linear(250, 90) given to apply itself"): bare,
+            _("a bare nn.Linear(90, 250, bias=False) given to apply itself"): bare_no_bias,
         }
         built = {what: {n: p.detach().clone() for n, p in layer.named_parameters()} for what, layer in where.items()}
         for root in (nested, bare, bare_no_bias):
-            kind = "a nested network (a custom module inside nn.Sequential)" if root is nested else "a bare layer"
+            kind = (_("a nested network (a custom module inside nn.Sequential)") if root is nested
+                    else _("a bare layer"))
             with learner_code(
-                f"{type(root).__name__}.apply(init_xavier) on {kind}",
-                f"not known from here: the flat network passed, what is new is {kind}",
-                _XAVIER_ERRORS,
+                _("{module}.apply(init_xavier) on {network}").format(module=type(root).__name__, network=kind),
+                _("not known from here: the flat network passed, what is new is {network}").format(network=kind),
+                _causes(_XAVIER_ERRORS),
             ):
                 root.apply(init_fn)
     for what, layer in where.items():
         params = dict(layer.named_parameters())
         if params.keys() == built[what].keys() and all(map(torch.equal, params.values(), built[what].values())):
-            expect(False, f"{what} was left as it was, while the layers of a flat nn.Sequential were initialized"
-                          + _why_left_alone(init_fn, bare=what.startswith("a bare")))
+            expect(False, _why_left_alone(init_fn, what, bare=layer is bare or layer is bare_no_bias))
         _expect_xavier_layer(what, layer, has_bias=layer is not bare_no_bias)
     expect(
         all(map(torch.equal, nested[1].norm.parameters(), norm)),
-        "the LayerNorm inside the custom module changed: initialize linear layers only (isinstance(m, nn.Linear))",
+        _("the LayerNorm inside the custom module changed: initialize linear layers only (isinstance(m, nn.Linear))"),
     )
 
 
@@ -352,20 +385,20 @@ def _kaiming_std(m: nn.Linear) -> float:
 
 #: Errors an Exercise 2 answer raises, and what each tells.
 _LAZY_ERRORS = {
-    "uninitialized parameter": "a lazy layer's weight has no shape until the network has seen an input: run "
-                               "net(example_input) once, with the example itself (its width, dtype and device), "
-                               "before any nn.init call",
-    "must have the same dtype": "the network met an input of another dtype: run the dry run on example_input itself "
-                                "(its width, dtype and device), not on a tensor made for it",
-    "cannot be multiplied": "the network met an input of another width than the one its dry run saw: run the dry "
-                            "run on example_input itself (its width, dtype and device)",
+    "uninitialized parameter": N_("a lazy layer's weight has no shape until the network has seen an input: run "
+                                  "net(example_input) once, with the example itself (its width, dtype and device), "
+                                  "before any nn.init call"),
+    "must have the same dtype": N_("the network met an input of another dtype: run the dry run on example_input "
+                                   "itself (its width, dtype and device), not on a tensor made for it"),
+    "cannot be multiplied": N_("the network met an input of another width than the one its dry run saw: run the dry "
+                               "run on example_input itself (its width, dtype and device)"),
 }
 
 
 @exercise("Exercise 2 · Initialize a lazy network")
 def check_initialize_lazy(initialize: Callable[[nn.Module, torch.Tensor], nn.Module]) -> None:
     """``initialize(net, example)`` materializes every lazy layer, then gives it Kaiming-normal weights."""
-    expect(callable(initialize), "pass the function itself, e.g. check_initialize_lazy(initialize_lazy)")
+    expect(callable(initialize), _("pass the function itself, e.g. check_initialize_lazy(initialize_lazy)"))
     f64 = {"dtype": torch.float64}
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
@@ -379,35 +412,36 @@ def check_initialize_lazy(initialize: Callable[[nn.Module, torch.Tensor], nn.Mod
         norm = _kept(net, (1,))  # to be left alone
         example = torch.rand(4, 300, **f64)
         with learner_code(
-            "initialize_lazy(net, example_input) on a network of LazyLinear layers (one in a nested nn.Sequential) "
-            "and a LayerNorm (float64, like its input)",
-            "not known from here",
-            _LAZY_ERRORS,
+            _("initialize_lazy(net, example_input) on a network of LazyLinear layers (one in a nested "
+              "nn.Sequential) and a LayerNorm (float64, like its input)"),
+            _("not known from here"),
+            _causes(_LAZY_ERRORS),
         ):
             out = initialize(net, example)
-    expect(out is net, "return the network you were given (initialized in place)")
+    expect(out is net, _("return the network you were given (initialized in place)"))
     expect(
         not any(isinstance(p, nn.parameter.UninitializedParameter) for p in net.parameters()),
-        "some parameters are still uninitialized: call net(example_input) once to infer the shapes",
+        _("some parameters are still uninitialized: call net(example_input) once to infer the shapes"),
     )
     layers = [net[0], net[3][0], net[4]]
     _expect_trainable(dict(zip((0, "3.0", 4), layers, strict=True)))
     for i, layer, n_in, n_out in ((0, layers[0], 300, 256), ("3.0", layers[1], 256, 128), (4, layers[2], 128, 10)):
         expect(
             layer.weight.shape == (n_out, n_in),
-            f"layer {i} must have weight shape {(n_out, n_in)}, it has {tuple(layer.weight.shape)}: run the "
-            "dry run on example_input itself",
+            _("layer {index} must have weight shape {shape}, it has {actual}: run the "
+              "dry run on example_input itself").format(
+                  index=i, shape=(n_out, n_in), actual=tuple(layer.weight.shape)),
         )
         expect(
             getattr(layer, "bias", None) is not None,
-            f"layer {i}'s bias is None now: assigning m.bias = None removes the bias instead of zeroing it. Fill "
-            "it in place with nn.init.zeros_(m.bias)",
+            _("layer {index}'s bias is None now: assigning m.bias = None removes the bias instead of zeroing it. Fill "
+              "it in place with nn.init.zeros_(m.bias)").format(index=i),
         )
         expect(
             layer.weight.dtype == layer.bias.dtype == torch.float64,
-            f"layer {i}'s parameters are {layer.weight.dtype} now, the network was float64: a freshly made "
-            "tensor assigned through .data keeps neither the layer's dtype nor its device. Fill m.weight in "
-            "place with nn.init.kaiming_normal_",
+            _("layer {index}'s parameters are {dtype} now, the network was float64: a freshly made "
+              "tensor assigned through .data keeps neither the layer's dtype nor its device. Fill m.weight in "
+              "place with nn.init.kaiming_normal_").format(index=i, dtype=layer.weight.dtype),
         )
         std = _kaiming_std(layer)
         got = layer.weight.std().item()
@@ -415,69 +449,71 @@ def check_initialize_lazy(initialize: Callable[[nn.Module, torch.Tensor], nn.Mod
         looks_default = math.isclose(got, default_std, rel_tol=0.05)
         in_default_bound = layer.weight.abs().max().item() <= math.sqrt(3) * default_std * (1 + 1e-6)
         if looks_default and in_default_bound and i == "3.0":
-            why = (f" That is nn.Linear's default, 1/sqrt(3 fan_in) = {default_std:.4f}: this layer sits in a "
-                   "nested nn.Sequential, and net.children() (or `for m in net`) visits the top level only. "
-                   "Walk every module: net.modules() or net.apply(init)")
+            why = _("That is nn.Linear's default, 1/sqrt(3 fan_in) = {std}: this layer sits in a "
+                    "nested nn.Sequential, and net.children() (or `for m in net`) visits the top level only. "
+                    "Walk every module: net.modules() or net.apply(init)").format(std=format(default_std, ".4f"))
         elif looks_default and in_default_bound:
-            why = (f" That is nn.Linear's default, 1/sqrt(3 fan_in) = {default_std:.4f}: your init never "
-                   "ran. Dry run first, then test isinstance(m, nn.Linear): after the dry run each LazyLinear "
-                   "has become an nn.Linear (a test on nn.LazyLinear finds none), and before it "
-                   "type(m) == nn.Linear skips a LazyLinear")
+            why = _("That is nn.Linear's default, 1/sqrt(3 fan_in) = {std}: your init never "
+                    "ran. Dry run first, then test isinstance(m, nn.Linear): after the dry run each LazyLinear "
+                    "has become an nn.Linear (a test on nn.LazyLinear finds none), and before it "
+                    "type(m) == nn.Linear skips a LazyLinear").format(std=format(default_std, ".4f"))
         elif looks_default:
-            why = (f" That std, 1/sqrt(3 fan_in) = {default_std:.4f}, is what a=sqrt(5) gives (nn.Linear's own "
-                   "slope, gain sqrt(1/3)): for ReLU use nonlinearity='relu' (slope a=0)")
+            why = _("That std, 1/sqrt(3 fan_in) = {std}, is what a=sqrt(5) gives (nn.Linear's own "
+                    "slope, gain sqrt(1/3)): for ReLU use nonlinearity='relu' (slope a=0)").format(
+                        std=format(default_std, ".4f"))
         elif math.isclose(got, math.sqrt(2 / n_out), rel_tol=0.05):
-            why = " That is sqrt(2 / fan_out): use mode='fan_in' (the default)"
+            why = _("That is sqrt(2 / fan_out): use mode='fan_in' (the default)")
         else:
-            why = " Use nn.init.kaiming_normal_(m.weight, nonlinearity='relu')"
+            why = _("Use nn.init.kaiming_normal_(m.weight, nonlinearity='relu')")
         expect(
             _std_matches(layer.weight, std),
-            f"layer {i}'s weights have std {got:.4f}, Kaiming normal for ReLU gives sqrt(2 / fan_in) = {std:.4f}."
-            + why,
+            _("layer {index}'s weights have std {std}, Kaiming normal for ReLU gives sqrt(2 / fan_in) = {expected}. "
+              "{why}").format(index=i, std=format(got, ".4f"), expected=format(std, ".4f"), why=why),
         )
-        expect(bool((layer.bias == 0).all()), f"layer {i}'s bias must be zero (nn.init.zeros_)")
+        expect(bool((layer.bias == 0).all()), _("layer {index}'s bias must be zero (nn.init.zeros_)").format(index=i))
     pooled = _standardized(layers, _kaiming_std)  # N(0, 1) if the answer is right
     expect(
         _ks_distance(pooled, torch.special.ndtr) <= _ks_limit(pooled.numel()),
-        "the weights have the right std but are not normally distributed: Kaiming *normal* is asked for, "
-        "use nn.init.kaiming_normal_, not kaiming_uniform_",
+        _("the weights have the right std but are not normally distributed: Kaiming *normal* is asked for, "
+          "use nn.init.kaiming_normal_, not kaiming_uniform_"),
     )
     expect(
         not _changed(net, norm),
-        "the LayerNorm changed: initialize the linear layers only (isinstance(m, nn.Linear)). A test on "
-        "p.dim() reaches a normalization layer's 1-D scale and shift too",
+        _("the LayerNorm changed: initialize the linear layers only (isinstance(m, nn.Linear)). A test on "
+          "p.dim() reaches a normalization layer's 1-D scale and shift too"),
     )
     # A bare lazy layer given as the network: the walk must include net itself.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(1)
         bare = nn.LazyLinear(200, **f64)
         with learner_code(
-            "initialize_lazy(layer, example_input) with a bare nn.LazyLinear(200) as the network and a (2, 150) "
-            "example",
-            "not known from here: the network passed, what is new is a single layer given as the network",
-            {**_NOT_A_CONTAINER, **_LAZY_ERRORS},
+            _("initialize_lazy(layer, example_input) with a bare nn.LazyLinear(200) as the network and a (2, 150) "
+              "example"),
+            _("not known from here: the network passed, what is new is a single layer given as the network"),
+            _causes({**_NOT_A_CONTAINER, **_LAZY_ERRORS}),
         ):
             out = initialize(bare, torch.rand(2, 150, **f64))
-    expect(out is bare, "given a bare layer as the network, return that layer: return the network you were given")
+    expect(out is bare, _("given a bare layer as the network, return that layer: return the network you were given"))
     expect(
         not isinstance(bare.weight, nn.parameter.UninitializedParameter),
-        "a bare nn.LazyLinear given as the network is still uninitialized: run it on example_input once",
+        _("a bare nn.LazyLinear given as the network is still uninitialized: run it on example_input once"),
     )
     got, std = bare.weight.std().item(), _kaiming_std(bare)
     default_std = 1 / math.sqrt(3 * 150)
     if not _std_matches(bare.weight, std) and math.isclose(got, default_std, rel_tol=0.05):
-        expect(False, f"a bare nn.LazyLinear(200) given as the network kept nn.Linear's default init (std {got:.4f}, "
-                      f"1/sqrt(3 fan_in) = {default_std:.4f}), while the layers inside a network were initialized: "
-                      "your walk leaves out net itself. net.children() (and `for m in net`) yield only the modules "
-                      "inside it; net.modules() and net.apply(init) include net")
+        expect(False, _("a bare nn.LazyLinear(200) given as the network kept nn.Linear's default init (std {std}, "
+                        "1/sqrt(3 fan_in) = {default_std}), while the layers inside a network were initialized: "
+                        "your walk leaves out net itself. net.children() (and `for m in net`) yield only the modules "
+                        "inside it; net.modules() and net.apply(init) include net").format(
+                            std=format(got, ".4f"), default_std=format(default_std, ".4f")))
     expect(
         _std_matches(bare.weight, std),
-        f"a bare nn.LazyLinear(200) given as the network has weights of std {got:.4f}, Kaiming normal for ReLU gives "
-        f"sqrt(2 / fan_in) = {std:.4f}; the layers inside a network passed, and why this one differs is not known "
-        "from here",
+        _("a bare nn.LazyLinear(200) given as the network has weights of std {std}, Kaiming normal for ReLU gives "
+          "sqrt(2 / fan_in) = {expected}; the layers inside a network passed, and why this one differs is not known "
+          "from here").format(std=format(got, ".4f"), expected=format(std, ".4f")),
     )
-    expect(bool((bare.bias == 0).all()), "a bare nn.LazyLinear(200) given as the network kept a non-zero bias: "
-                                          "zero it with nn.init.zeros_(m.bias)")
+    expect(bool((bare.bias == 0).all()), _("a bare nn.LazyLinear(200) given as the network kept a non-zero bias: "
+                                           "zero it with nn.init.zeros_(m.bias)"))
     # The same on 'meta', a stand-in for a GPU: the dry run must use the example where it is.
     _expect_dry_run_where_the_example_is(
         initialize, "initialize_lazy(net, example_input)",
@@ -493,27 +529,35 @@ WEIGHT_DECAY = 1e-4
 
 def _expect_groups(opt: object, net: nn.Module, where: str, more: str = "") -> None:
     """``opt`` is an SGD with lr 0.1 over exactly the parameters of ``net`` (materialized), each in one group,
-    with weight decay on those of two or more dimensions only. ``where`` starts each hint ("" for the first
-    network); ``more`` is added to the hint for a parameter left out."""
-    expect(opt is not net, f"{where}return the optimizer, not the network")
-    expect(isinstance(opt, torch.optim.SGD), f"{where}return a torch.optim.SGD, not {type(opt).__name__}")
+    with weight decay on those of two or more dimensions only. ``where`` is the message that each hint goes into,
+    at its ``{hint}`` ("" for the first network: the hint as it is); ``more`` is a sentence added to the hint for
+    a parameter left out."""
+
+    def at(hint: str) -> str:
+        return where.format(hint=hint) if where else hint
+
+    expect(opt is not net, at(_("return the optimizer, not the network")))
+    expect(isinstance(opt, torch.optim.SGD),
+           at(_("return a torch.optim.SGD, not {type}").format(type=type(opt).__name__)))
     expect(
         not any(isinstance(p, nn.parameter.UninitializedParameter) for p in net.parameters()),
-        f"{where}the network's parameters are still uninitialized: call net(example_input) once (the dry run)",
+        at(_("the network's parameters are still uninitialized: call net(example_input) once (the dry run)")),
     )
     _expect_trainable({name or "net": m for name, m in net.named_modules()
                        if next(m.parameters(recurse=False), None) is not None})
-    expect(all(g["lr"] == 0.1 for g in opt.param_groups), f"{where}use lr=0.1 for every group")
+    expect(all(g["lr"] == 0.1 for g in opt.param_groups), at(_("use lr=0.1 for every group")))
     held = [p for g in opt.param_groups for p in g["params"]]
     named = list(net.named_parameters())
     expect(
         all(any(p is q for _, q in named) for p in held),
-        f"{where}the optimizer holds tensors that are not the network's parameters (copies?): pass the parameters "
-        "themselves, from net.parameters() or net.named_parameters()",
+        at(_("the optimizer holds tensors that are not the network's parameters (copies?): pass the parameters "
+             "themselves, from net.parameters() or net.named_parameters()")),
     )
     for name, p in named:
         expect(any(p is q for q in held),
-               f"{where}the optimizer does not hold {name}: every parameter must be in a group{more}")
+               at((_("the optimizer does not hold {name}: every parameter must be in a group. {more}") if more
+                   else _("the optimizer does not hold {name}: every parameter must be in a group")).format(
+                       name=name, more=more)))
     decay = {id(p): g["weight_decay"] for g in opt.param_groups for p in g["params"]}
     matrices = [(name, p) for name, p in named if p.dim() >= 2]
     flat = [(name, p) for name, p in named if p.dim() < 2]
@@ -521,53 +565,55 @@ def _expect_groups(opt: object, net: nn.Module, where: str, more: str = "") -> N
         upside_down = any(decay[id(p)] != 0 for _, p in flat)
         expect(
             False,
-            f"{where}weight decay goes to the 1-D parameters and not to the matrices: the condition is upside down "
-            "(decay p.dim() >= 2)" if upside_down else
-            f"{where}no weight matrix gets weight decay. If you chose the groups before the dry run: a lazy layer's "
-            "placeholder parameter reports p.ndim == 1 whatever its final shape. Dry run first, then group. "
-            "Else check your test: a weight matrix has p.dim() == 2, so p.dim() > 2 leaves it out",
+            at(_("weight decay goes to the 1-D parameters and not to the matrices: the condition is upside down "
+                 "(decay p.dim() >= 2)")) if upside_down else
+            at(_("no weight matrix gets weight decay. If you chose the groups before the dry run: a lazy layer's "
+                 "placeholder parameter reports p.ndim == 1 whatever its final shape. Dry run first, then group. "
+                 "Else check your test: a weight matrix has p.dim() == 2, so p.dim() > 2 leaves it out")),
         )
     for name, p in matrices:
         expect(
             decay[id(p)] == WEIGHT_DECAY,
-            f"{where}{name} (a {p.dim()}-D weight matrix) must get weight_decay={WEIGHT_DECAY}, it gets "
-            f"{decay[id(p)]}",
+            at(_("{name} (a {dims}-D weight matrix) must get weight_decay={weight_decay}, it gets "
+                 "{decay}").format(name=name, dims=p.dim(), weight_decay=WEIGHT_DECAY, decay=decay[id(p)])),
         )
     for name, p in flat:
         expect(
             decay[id(p)] == 0,
-            f"{where}{name} is 1-D (a bias or a normalization scale): it must get weight_decay=0, it gets "
-            f"{decay[id(p)]}. Put every parameter with p.dim() < 2 in a group without decay (a test on the "
-            "name, such as 'bias' in name, misses a norm layer's 1-D weight)",
+            at(_("{name} is 1-D (a bias or a normalization scale): it must get weight_decay=0, it gets "
+                 "{decay}. Put every parameter with p.dim() < 2 in a group without decay (a test on the "
+                 "name, such as 'bias' in name, misses a norm layer's 1-D weight)").format(
+                     name=name, decay=decay[id(p)])),
         )
 
 
 #: Errors an Exercise 3 answer raises, and what each tells.
 _OPTIMIZER_ERRORS = {
-    "uninitialized parameter": "a lazy layer's parameters have no shape (p.dim(), p.shape, p.numel()) until the dry "
-                               "run net(example_input)",
-    "more than one parameter group": "a parameter went into two groups: each parameter goes into exactly one group",
+    "uninitialized parameter": N_("a lazy layer's parameters have no shape (p.dim(), p.shape, p.numel()) until the "
+                                  "dry run net(example_input)"),
+    "more than one parameter group": N_("a parameter went into two groups: each parameter goes into exactly one "
+                                        "group"),
 }
 
 #: Errors an answer raises on a network with a layer built with bias=False.
 _NO_BIAS = {
-    "optimizer can only optimize Tensors": "a None went into a group: a layer built with bias=False has m.bias "
-                                           "None. Collect the parameters that exist (net.parameters() or "
-                                           "net.named_parameters() leave a missing bias out)",
+    "optimizer can only optimize Tensors": N_("a None went into a group: a layer built with bias=False has m.bias "
+                                              "None. Collect the parameters that exist (net.parameters() or "
+                                              "net.named_parameters() leave a missing bias out)"),
 }
 
 
 @exercise("Exercise 3 · An optimizer for a lazy network")
 def check_lazy_optimizer(make_optimizer: Callable[[nn.Module, torch.Tensor], torch.optim.Optimizer]) -> None:
     """``make_optimizer(net, example)`` returns an SGD over the materialized parameters, decay on matrices."""
-    expect(callable(make_optimizer), "pass the function itself, e.g. check_lazy_optimizer(lazy_optimizer)")
-    hint = "not known from here"
+    expect(callable(make_optimizer), _("pass the function itself, e.g. check_lazy_optimizer(lazy_optimizer)"))
+    hint = _("not known from here")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         net = nn.Sequential(nn.LazyLinear(32), nn.LazyBatchNorm1d(), nn.ReLU(), nn.LazyLinear(4))
         with learner_code(
-            "lazy_optimizer(net, example_input) on a network of LazyLinear and LazyBatchNorm1d layers", hint,
-            _OPTIMIZER_ERRORS,
+            _("lazy_optimizer(net, example_input) on a network of LazyLinear and LazyBatchNorm1d layers"), hint,
+            _causes(_OPTIMIZER_ERRORS),
         ):
             opt = make_optimizer(net, torch.rand(8, 16))
     _expect_groups(opt, net, "")
@@ -578,27 +624,29 @@ def check_lazy_optimizer(make_optimizer: Callable[[nn.Module, torch.Tensor], tor
         nested = nn.Sequential(nn.Sequential(nn.LazyLinear(24), nn.LazyBatchNorm1d(), nn.ReLU()),
                                nn.LazyLinear(6, bias=False))
         with learner_code(
-            "lazy_optimizer(net, example_input) on a nested network (an nn.Sequential inside an nn.Sequential, "
-            "then a LazyLinear(6, bias=False)) and a (6, 10) example", hint, {**_NO_BIAS, **_OPTIMIZER_ERRORS},
+            _("lazy_optimizer(net, example_input) on a nested network (an nn.Sequential inside an nn.Sequential, "
+              "then a LazyLinear(6, bias=False)) and a (6, 10) example"), hint,
+            _causes({**_NO_BIAS, **_OPTIMIZER_ERRORS}),
         ):
             opt = make_optimizer(nested, torch.rand(6, 10))
     _expect_groups(
-        opt, nested, "on a nested network (an nn.Sequential inside an nn.Sequential), ",
-        ". The flat network's parameters were all held, this one sits a level down: `for m in net` and "
-        "net.children() see the top level only, net.parameters() and net.named_parameters() reach every depth",
+        opt, nested, _("on a nested network (an nn.Sequential inside an nn.Sequential), {hint}"),
+        _("The flat network's parameters were all held, this one sits a level down: `for m in net` and "
+          "net.children() see the top level only, net.parameters() and net.named_parameters() reach every depth"),
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(2)
         bare = nn.LazyLinear(5)
         with learner_code(
-            "lazy_optimizer(layer, example_input) with a bare nn.LazyLinear(5) as the network and a (3, 7) example",
-            hint, {**_NOT_A_CONTAINER, **_OPTIMIZER_ERRORS},
+            _("lazy_optimizer(layer, example_input) with a bare nn.LazyLinear(5) as the network and a (3, 7) "
+              "example"),
+            hint, _causes({**_NOT_A_CONTAINER, **_OPTIMIZER_ERRORS}),
         ):
             opt = make_optimizer(bare, torch.rand(3, 7))
     _expect_groups(
-        opt, bare, "with a bare nn.LazyLinear(5) as the network, ",
-        ". The nested network's parameters were all held; here the network is the layer itself, and its "
-        "parameters are its own: net.children() yields nothing, net.parameters() includes them",
+        opt, bare, _("with a bare nn.LazyLinear(5) as the network, {hint}"),
+        _("The nested network's parameters were all held; here the network is the layer itself, and its "
+          "parameters are its own: net.children() yields nothing, net.parameters() includes them"),
     )
     _expect_dry_run_where_the_example_is(
         make_optimizer, "lazy_optimizer(net, example_input)",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import numbers
 from collections.abc import Callable
 
@@ -9,10 +10,11 @@ import torch
 from torch import nn
 
 from utils.checks import exercise, expect, keeps_global_rng, learner_code
+from utils.i18n import N_, _
 
 __all__ = ["check_count_parameters", "check_load_checked", "check_tied_lm"]
 
-_ASSIGN = "assign the Parameter in __init__ (self.head.weight = self.embed.weight)"
+_ASSIGN = N_("assign the Parameter in __init__ (self.head.weight = self.embed.weight)")
 
 
 def _untied_hint(embed: nn.Embedding, head: nn.Linear, forward: Callable[[], object]) -> str:
@@ -21,26 +23,26 @@ def _untied_hint(embed: nn.Embedding, head: nn.Linear, forward: Callable[[], obj
     equal = embed.weight.shape == head.weight.shape and torch.equal(embed.weight.detach(), head.weight.detach())
     forward()
     if head.weight is embed.weight:
-        return (
+        return _(
             "the tie appears only after the first forward pass: right after TiedLM(...) is built, "
             "parameters() still lists two matrices, so an optimizer built then (the usual order) trains two "
-            f"weights and saving before a forward saves two. Instead, {_ASSIGN}"
-        )
+            "weights and saving before a forward saves two. Instead, {advice}"
+        ).format(advice=_(_ASSIGN))
     if same_memory:
-        return (
+        return _(
             "head.weight shares memory with embed.weight but is a different Parameter (nn.Parameter(... .detach()) "
             "or .data = ...): each gets its own gradient and the optimizer updates the memory twice. "
-            f"Share the Parameter object itself: {_ASSIGN}"
-        )
+            "Share the Parameter object itself: {advice}"
+        ).format(advice=_(_ASSIGN))
     if equal:
-        return (
+        return _(
             "head.weight and embed.weight hold equal values but are two Parameters: copying the values "
-            f"(copy_, clone) gives two weights that drift apart at the first update. Share the object: {_ASSIGN}"
-        )
-    return (
+            "(copy_, clone) gives two weights that drift apart at the first update. Share the object: {advice}"
+        ).format(advice=_(_ASSIGN))
+    return _(
         "head.weight and embed.weight are two different matrices: the model has two layers where one "
-        f"weight should be shared. Create both, then {_ASSIGN}"
-    )
+        "weight should be shared. Create both, then {advice}"
+    ).format(advice=_(_ASSIGN))
 
 
 def _head_gradient(head: nn.Linear) -> tuple[list[int], list[torch.Tensor], Callable[[], None]]:
@@ -62,53 +64,59 @@ def _head_gradient(head: nn.Linear) -> tuple[list[int], list[torch.Tensor], Call
 def _check_tied_lm_once(cls: type[nn.Module], vocab: int, dim: int, seed: int) -> None:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        with learner_code(f"building TiedLM({vocab}, {dim})", "the error is in your __init__"):
+        with learner_code(_("building TiedLM({vocab}, {dim})").format(vocab=vocab, dim=dim),
+                          _("the error is in your __init__")):
             model = cls(vocab, dim)
         tokens = torch.randint(0, vocab // 2, (3, 7))  # the upper half of the vocabulary is absent from the batch
         targets = torch.randint(0, vocab, (3, 7))
-    expect(isinstance(model, nn.Module), "TiedLM must subclass nn.Module")
+    expect(isinstance(model, nn.Module), _("TiedLM must subclass nn.Module"))
     embed, head = getattr(model, "embed", None), getattr(model, "head", None)
     expect(isinstance(embed, nn.Embedding) and isinstance(head, nn.Linear),
-           "keep the embedding in self.embed (nn.Embedding) and the output layer in self.head (nn.Linear)")
+           _("keep the embedding in self.embed (nn.Embedding) and the output layer in self.head (nn.Linear)"))
     expect(tuple(embed.weight.shape) == (vocab, dim),
-           f"the embedding of TiedLM({vocab}, {dim}) must have weight shape ({vocab}, {dim}), got "
-           f"{tuple(embed.weight.shape)}: build it from the arguments, nn.Embedding(vocab_size, dim)")
+           _("the embedding of TiedLM({vocab}, {dim}) must have weight shape ({vocab}, {dim}), got "
+             "{shape}: build it from the arguments, nn.Embedding(vocab_size, dim)").format(
+                 vocab=vocab, dim=dim, shape=tuple(embed.weight.shape)))
     expect(head.in_features == dim and head.out_features == vocab,
-           f"the head maps dim features to vocab_size logits: nn.Linear(dim, vocab_size, bias=False), here "
-           f"nn.Linear({dim}, {vocab}); got nn.Linear({head.in_features}, {head.out_features}). Its weight then has "
-           f"the embedding's shape ({vocab}, {dim}) without any transpose")
-    expect(head.bias is None, "the head has no bias: nn.Linear(dim, vocab_size, bias=False)")
+           _("the head maps dim features to vocab_size logits: nn.Linear(dim, vocab_size, bias=False), here "
+             "nn.Linear({dim}, {vocab}); got nn.Linear({in_features}, {out_features}). Its weight then has "
+             "the embedding's shape ({vocab}, {dim}) without any transpose").format(
+                 dim=dim, vocab=vocab, in_features=head.in_features, out_features=head.out_features))
+    expect(head.bias is None, _("the head has no bias: nn.Linear(dim, vocab_size, bias=False)"))
 
     def first_forward() -> None:
-        with learner_code("calling the model on a (3, 7) batch of token ids", "the error is in your forward"):
+        with learner_code(_("calling the model on a (3, 7) batch of token ids"), _("the error is in your forward")):
             model(tokens)
 
     if head.weight is not embed.weight:
         expect(False, _untied_hint(embed, head, first_forward))
     shared = [p for p in model.parameters() if p.shape == (vocab, dim)]
-    expect(len(shared) == 1, f"the model holds {len(shared)} ({vocab}, {dim}) parameters; a tied model holds one")
+    expect(len(shared) == 1, _("the model holds {count} ({vocab}, {dim}) parameters; a tied model holds one").format(
+        count=len(shared), vocab=vocab, dim=dim))
     expect(embed.weight.requires_grad,
-           "the shared weight does not require grad (requires_grad_(False) froze it): it must train, through both "
-           "of its uses")
+           _("the shared weight does not require grad (requires_grad_(False) froze it): it must train, through both "
+             "of its uses"))
 
     calls, parts, remove = _head_gradient(head)
     try:
-        with learner_code("calling the model on a (3, 7) batch of token ids", "the error is in your forward"):
+        with learner_code(_("calling the model on a (3, 7) batch of token ids"), _("the error is in your forward")):
             logits = model(tokens)
         expect(isinstance(logits, torch.Tensor) and logits.shape == (3, 7, vocab),
-               f"model(tokens) with tokens of shape (3, 7) must return logits of shape (3, 7, {vocab}); "
-               f"got {tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__}")
-        expect(bool(calls), "self.head was never called: the logits must be the output of self.head, so that "
-               "the shared weight is used (and trained) there too")
+               _("model(tokens) with tokens of shape (3, 7) must return logits of shape (3, 7, {vocab}); "
+                 "got {shape}").format(
+                     vocab=vocab,
+                     shape=tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__))
+        expect(bool(calls), _("self.head was never called: the logits must be the output of self.head, so that "
+                              "the shared weight is used (and trained) there too"))
         expect(logits.requires_grad,
-               "the logits do not require grad, so no gradient can reach the shared weight: forward ran under "
-               "torch.no_grad(), or its result was detached (.detach(), .data)")
-        with learner_code("back-propagating a cross-entropy loss through your model", "not known from here"):
+               _("the logits do not require grad, so no gradient can reach the shared weight: forward ran under "
+                 "torch.no_grad(), or its result was detached (.detach(), .data)"))
+        with learner_code(_("back-propagating a cross-entropy loss through your model"), _("not known from here")):
             nn.functional.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1)).backward()
     finally:
         remove()
     grad = embed.weight.grad
-    expect(grad is not None and bool(grad.abs().sum() > 0), "the loss gives the shared weight no gradient at all")
+    expect(grad is not None and bool(grad.abs().sum() > 0), _("the loss gives the shared weight no gradient at all"))
     # The two uses' parts: the head's (recorded at each call) and the embedding's (the rest).
     through_head = sum(parts, torch.zeros(vocab, dim))
     through_embed = grad.float() - through_head
@@ -116,50 +124,50 @@ def _check_tied_lm_once(cls: type[nn.Module], vocab: int, dim: int, seed: int) -
     present = torch.zeros(vocab, dtype=torch.bool)
     present[tokens.flatten()] = True
     expect(bool(grad[~present].abs().sum(dim=1).gt(0).all()),
-           "no gradient reaches the shared weight through the head: the rows of the tokens absent from the batch, "
-           "which only the head's use reaches, got none. self.head must use the shared weight as it is (not "
-           "detached), so that the head's use trains it too")
+           _("no gradient reaches the shared weight through the head: the rows of the tokens absent from the batch, "
+             "which only the head's use reaches, got none. self.head must use the shared weight as it is (not "
+             "detached), so that the head's use trains it too"))
     expect(bool(through_embed[present].abs().max() > 1e-3 * scale),
-           "no gradient reaches the shared weight through the embedding: the rows of the tokens in the batch learn "
-           "from the head only. The embedding's output must stay in the graph: no .detach(), .data or "
-           "torch.no_grad() around self.embed(tokens)")
+           _("no gradient reaches the shared weight through the embedding: the rows of the tokens in the batch learn "
+             "from the head only. The embedding's output must stay in the graph: no .detach(), .data or "
+             "torch.no_grad() around self.embed(tokens)"))
 
     model.eval()
-    with torch.no_grad(), learner_code("calling the model in eval mode on the batch, then on it in reverse order",
-                                       "the error is in your forward"):
+    with torch.no_grad(), learner_code(_("calling the model in eval mode on the batch, then on it in reverse order"),
+                                       _("the error is in your forward")):
         ahead, reversed_ = model(tokens), model(tokens.flip(0))
     # The head may run once or many times (per step, per sample), on any view of its input: if each of its
     # outputs is shifted by `delta` (one exact value per vocabulary entry), every logit must shift by it.
     delta = torch.arange(vocab, dtype=torch.float32) / 8 + 1
     handle = head.register_forward_hook(lambda module, args, output: output + delta)
     try:
-        with torch.no_grad(), learner_code("calling the model in eval mode on the batch",
-                                           "the error is in your forward"):
+        with torch.no_grad(), learner_code(_("calling the model in eval mode on the batch"),
+                                           _("the error is in your forward")):
             shifted = model(tokens)
     finally:
         handle.remove()
     expect(isinstance(ahead, torch.Tensor) and ahead.shape == logits.shape and ahead.is_floating_point()
            and isinstance(shifted, torch.Tensor) and shifted.shape == ahead.shape and shifted.dtype == ahead.dtype
            and torch.allclose((shifted - ahead).float(), delta.expand(ahead.shape), atol=1e-4),
-           "the logits must be the output of self.head: return what self.head returns (reshaped or transposed "
-           "back to (batch, seq, vocab_size) if need be), not logits computed beside it or transformed after it")
+           _("the logits must be the output of self.head: return what self.head returns (reshaped or transposed "
+             "back to (batch, seq, vocab_size) if need be), not logits computed beside it or transformed after it"))
     expect(isinstance(reversed_, torch.Tensor) and reversed_.shape == ahead.shape
            and torch.allclose(reversed_, ahead.flip(0), atol=1e-5),
-           "logits[b, t] must belong to tokens[b, t]: reversing the batch must reverse the logits, but here the "
-           "head's outputs come back in another order. A sequence-first (seq, batch, ...) result needs "
-           ".transpose(0, 1), not .view(batch, seq, -1)")
+           _("logits[b, t] must belong to tokens[b, t]: reversing the batch must reverse the logits, but here the "
+             "head's outputs come back in another order. A sequence-first (seq, batch, ...) result needs "
+             ".transpose(0, 1), not .view(batch, seq, -1)"))
     # Attention over the batch axis passes the test above (it treats its positions alike): change one sample.
     changed = tokens.clone()
     changed[0] = (changed[0] + 1) % vocab
-    with torch.no_grad(), learner_code("calling the model in eval mode on the batch with sample 0's tokens changed",
-                                       "the error is in your forward"):
+    with torch.no_grad(), learner_code(_("calling the model in eval mode on the batch with sample 0's tokens "
+                                         "changed"), _("the error is in your forward")):
         other = model(changed)
     expect(isinstance(other, torch.Tensor) and other.shape == ahead.shape
            and torch.allclose(other[1:], ahead[1:], atol=1e-5),
-           "each sample's logits must depend on its own tokens only, but changing sample 0's tokens changed the "
-           "logits of samples 1 and 2. A body that is sequence-first by default (nn.TransformerEncoderLayer, "
-           "nn.MultiheadAttention, nn.GRU, nn.LSTM) reads a (batch, seq, dim) input's batch axis as the sequence: "
-           "build it with batch_first=True")
+           _("each sample's logits must depend on its own tokens only, but changing sample 0's tokens changed the "
+             "logits of samples 1 and 2. A body that is sequence-first by default (nn.TransformerEncoderLayer, "
+             "nn.MultiheadAttention, nn.GRU, nn.LSTM) reads a (batch, seq, dim) input's batch axis as the sequence: "
+             "build it with batch_first=True"))
 
 
 @exercise("Exercise 1 · Tie a language model's head to its embedding")
@@ -196,50 +204,55 @@ def check_count_parameters(count: Callable[[nn.Module], int]) -> None:
     on_meta = TinyLM().to("meta")  # built on the CPU: nn.Embedding's init on meta would import torch._dynamo
     on_meta.head.weight = on_meta.embed.weight  # a move to meta unties (chapter 03, section 4): tie again
     cases = [
-        ("nn.Linear(3, 2)", nn.Linear(3, 2), 8, "nn.Linear(3, 2) has 3*2 weights and 2 biases: count numbers "
-         "(p.numel()), not tensors"),
-        ("a layer used twice", nn.Sequential(shared, nn.ReLU(), shared), 12,
-         "a layer used twice has its 12 parameters once; state_dict() and named_parameters(remove_duplicate=False) "
-         "list it under both names. Sum p.numel() over model.parameters()"),
-        ("a nested network, Sequential(Sequential(Linear(2, 3), ReLU()), Linear(3, 1))",
+        ("nn.Linear(3, 2)", nn.Linear(3, 2), 8, N_("nn.Linear(3, 2) has 3*2 weights and 2 biases: count numbers "
+         "(p.numel()), not tensors")),
+        (N_("a layer used twice"), nn.Sequential(shared, nn.ReLU(), shared), 12,
+         N_("a layer used twice has its 12 parameters once; state_dict() and named_parameters(remove_duplicate=False) "
+            "list it under both names. Sum p.numel() over model.parameters()")),
+        (N_("a nested network, Sequential(Sequential(Linear(2, 3), ReLU()), Linear(3, 1))"),
          nn.Sequential(nn.Sequential(nn.Linear(2, 3), nn.ReLU()), nn.Linear(3, 1)), 13,
-         "parameters sit at every depth (9 in the inner Linear(2, 3), 4 in Linear(3, 1)): model.parameters() walks "
-         "the whole tree, a walk over children() with parameters(recurse=False) stops one level down"),
-        ("two LayerNorm(4) and a Linear(4, 4)", nn.Sequential(nn.LayerNorm(4), nn.LayerNorm(4), nn.Linear(4, 4)), 36,
-         "two LayerNorm(4) layers have equal shapes and, at first, equal values, yet they are two sets of "
-         "parameters (8 + 8 + 20 = 36): deduplicate by identity, as model.parameters() does, "
-         "never by shape or by value"),
-        ("a tied language model with BatchNorm", TinyLM(), 1600 + 272 + 32,
-         "the tied embedding/head counts once, and BatchNorm's running statistics are buffers, not parameters"),
-        ("a model whose first layer is frozen", frozen, 10,
-         "only trainable numbers count: a frozen layer (requires_grad=False) does not. Keep p.requires_grad"),
-        ("the tied language model built on the meta device", on_meta, 1600 + 272 + 32,
-         "on the meta device tensors have shapes but no data (every data_ptr() is 0, values cannot be read): "
-         "sum p.numel() over model.parameters(), which yields each shared tensor once"),
+         N_("parameters sit at every depth (9 in the inner Linear(2, 3), 4 in Linear(3, 1)): model.parameters() "
+            "walks the whole tree, a walk over children() with parameters(recurse=False) stops one level down")),
+        (N_("two LayerNorm(4) and a Linear(4, 4)"), nn.Sequential(nn.LayerNorm(4), nn.LayerNorm(4), nn.Linear(4, 4)),
+         36,
+         N_("two LayerNorm(4) layers have equal shapes and, at first, equal values, yet they are two sets of "
+            "parameters (8 + 8 + 20 = 36): deduplicate by identity, as model.parameters() does, "
+            "never by shape or by value")),
+        (N_("a tied language model with BatchNorm"), TinyLM(), 1600 + 272 + 32,
+         N_("the tied embedding/head counts once, and BatchNorm's running statistics are buffers, not parameters")),
+        (N_("a model whose first layer is frozen"), frozen, 10,
+         N_("only trainable numbers count: a frozen layer (requires_grad=False) does not. Keep p.requires_grad")),
+        (N_("the tied language model built on the meta device"), on_meta, 1600 + 272 + 32,
+         N_("on the meta device tensors have shapes but no data (every data_ptr() is 0, values cannot be read): "
+            "sum p.numel() over model.parameters(), which yields each shared tensor once")),
     ]
-    for label, model, expected, why in cases:
-        on_meta = {"meta tensor": why} if "meta device" in label else None  # an error that reads a meta tensor
-        with learner_code(f"calling count_parameters on {label}",
-                          "not known from here: the error is in your count_parameters", causes=on_meta):
+    for label_en, model, expected, why_en in cases:
+        label, why = _(label_en), _(why_en)  # the table holds the English messages (N_): shown translated
+        on_meta = {"meta tensor": why} if "meta device" in label_en else None  # an error that reads a meta tensor
+        with learner_code(_("calling count_parameters on {model}").format(model=label),
+                          _("not known from here: the error is in your count_parameters"), causes=on_meta):
             got = count(model)
         expect(isinstance(got, numbers.Integral) and not isinstance(got, bool),
-               f"return an int, got {type(got).__name__} (for {label}); wrap a tensor or float in int(...)")
+               _("return an int, got {type} (for {model}); wrap a tensor or float in int(...)").format(
+                   type=type(got).__name__, model=label))
         got = int(got)  # a NumPy integer (np.sum of the sizes) counts too
         if got == 0 != expected:  # a fresh model has no .grad yet: a filter on p.grad keeps nothing
             probe = nn.Linear(3, 2)
             probe.weight.grad = torch.zeros_like(probe.weight)
-            with learner_code("calling count_parameters on nn.Linear(3, 2) whose weight alone has a .grad",
-                              "not known from here: the error is in your count_parameters"):
+            with learner_code(_("calling count_parameters on nn.Linear(3, 2) whose weight alone has a .grad"),
+                              _("not known from here: the error is in your count_parameters")):
                 on_probe = count(probe)
             expect(not (isinstance(on_probe, numbers.Integral) and on_probe == 6),
-                   f"for {label} expected {expected}, got 0: p.grad is None until a backward pass has run, so a "
-                   "model fresh from __init__ has no gradients, yet all its parameters are trainable. Filter on "
-                   "p.requires_grad, not on p.grad")
+                   _("for {model} expected {expected}, got 0: p.grad is None until a backward pass has run, so a "
+                     "model fresh from __init__ has no gradients, yet all its parameters are trainable. Filter on "
+                     "p.requires_grad, not on p.grad").format(model=label, expected=expected))
             expect(not isinstance(model, nn.Linear),
-                   f"for {label}, a bare layer without submodules, expected {expected}, got 0: the layer's own "
-                   "parameters were not counted. A walk over children() (or named_children()) finds nothing in a "
-                   "bare layer; model.parameters() yields the model's own parameters and every submodule's")
-        expect(got == expected, f"for {label} expected {expected}, got {got}: {why}")
+                   _("for {model}, a bare layer without submodules, expected {expected}, got 0: the layer's own "
+                     "parameters were not counted. A walk over children() (or named_children()) finds nothing in a "
+                     "bare layer; model.parameters() yields the model's own parameters and every submodule's").format(
+                         model=label, expected=expected))
+        expect(got == expected, _("for {model} expected {expected}, got {count}: {cause}").format(
+            model=label, expected=expected, count=got, cause=why))
 
 
 class _TinyLM(nn.Module):
@@ -314,125 +327,143 @@ def check_load_checked(load: Callable[[nn.Module, dict], object]) -> None:
         normed_file.update({"1.running_mean": torch.randn(4), "1.running_var": torch.rand(4) + 0.5,
                             "1.num_batches_tracked": torch.tensor(3)})
 
-    id_hint = ("find the names that share one Parameter by identity, e.g. group "
-               "model.named_parameters(remove_duplicate=False) by id(p)")
+    id_hint = _("find the names that share one Parameter by identity, e.g. group "
+                "model.named_parameters(remove_duplicate=False) by id(p)")
 
     # 1. A tied checkpoint into a tied model: it loads, and the tie stays.
     tied_file = other.state_dict()
-    unknown = "not known from here: the error is in your load_checked"
-    with learner_code("calling load_checked(tied model, tied checkpoint)", unknown):
+    unknown = _("not known from here: the error is in your load_checked")
+    with learner_code(_("calling load_checked(tied model, tied checkpoint)"), unknown):
         try:
             load(model, tied_file)
         except ValueError as err:
-            expect(False, f"a tied checkpoint (embed.weight equal to head.weight) was refused ({err}). Only names "
-                          "that share one Parameter must agree: a tie is an identity, not equal shapes. "
-                          f"{id_hint[0].upper()}{id_hint[1:]}")
-    expect(_holds(model, tied_file), "a tied checkpoint must be loaded: call model.load_state_dict(state_dict)")
+            expect(False, _("a tied checkpoint (embed.weight equal to head.weight) was refused ({error}). Only names "
+                            "that share one Parameter must agree: a tie is an identity, not equal shapes. "
+                            "Find the names that share one Parameter by identity, e.g. group "
+                            "model.named_parameters(remove_duplicate=False) by id(p)").format(error=err))
+    expect(_holds(model, tied_file), _("a tied checkpoint must be loaded: call model.load_state_dict(state_dict)"))
     expect(model.head.weight is model.embed.weight,
-           "the model lost its tie: load with model.load_state_dict(state_dict), which copies values into the "
-           "existing Parameters (assign=True, or new Parameters, give each name its own tensor)")
+           _("the model lost its tie: load with model.load_state_dict(state_dict), which copies values into the "
+             "existing Parameters (assign=True, or new Parameters, give each name its own tensor)"))
 
     # 2. An untied checkpoint into a tied model: ValueError naming both keys, the model untouched.
-    def refuses(target: nn.Module, state: dict, keys: tuple[str, ...] | list[tuple[str, ...]], what: str,
-                why: str = "") -> None:
+    def refuses(target: nn.Module, state: dict, keys: tuple[str, ...] | list[tuple[str, ...]],
+                checkpoint: tuple[str, str], why: str = "") -> None:
         """``keys``: the keys the message must name; a list gives several groups that disagree, and naming the
-        keys of any one of them will do (an answer may stop at the first group it finds, in any order)."""
+        keys of any one of them will do (an answer may stop at the first group it finds, in any order).
+        ``checkpoint``: what is loaded, as said within a sentence and at its start (two messages)."""
+        what, subject = checkpoint
         alternatives = keys if isinstance(keys, list) else [keys]
         before = _snapshot(target)
         raised = None
-        with learner_code(f"calling load_checked with {what}",
-                          f"{unknown}. When tied names disagree, raise ValueError (not assert, not RuntimeError)"):
+        with learner_code(_("calling load_checked with {checkpoint}").format(checkpoint=what),
+                          _("not known from here: the error is in your load_checked. When tied names disagree, raise "
+                            "ValueError (not assert, not RuntimeError)")):
             try:
                 load(target, state)
             except ValueError as err:
                 raised = err
         expect(raised is not None or not _holds(target, before),
-               f"nothing happened with {what}: load it, or raise ValueError when tied names disagree")
+               _("nothing happened with {checkpoint}: load it, or raise ValueError when tied names disagree").format(
+                   checkpoint=what))
         expect(raised is not None,
-               f"{what[0].upper()}{what[1:]} was loaded without complaint, and one of the two matrices is now lost. "
-               + (why or "Before loading, compare the values of every group of names that share one Parameter; "
-                  "note that model.named_parameters() lists a shared Parameter once, under its first name, while "
-                  "named_parameters(remove_duplicate=False) lists every owner's name"))
+               _("{checkpoint} was loaded without complaint, and one of the two matrices is now lost. {advice}").format(
+                   checkpoint=subject,
+                   advice=why or _("Before loading, compare the values of every group of names that share one "
+                                   "Parameter; note that model.named_parameters() lists a shared Parameter once, "
+                                   "under its first name, while named_parameters(remove_duplicate=False) lists "
+                                   "every owner's name")))
         expect(_holds(target, before),
-               "the model was changed before the ValueError: check the checkpoint first, then load; "
-               "when it raises, the model must be unchanged")
+               _("the model was changed before the ValueError: check the checkpoint first, then load; "
+                 "when it raises, the model must be unchanged"))
         expect(any(all(k in str(raised) for k in group) for group in alternatives),
-               f"the ValueError must name the keys that disagree ({'; or '.join(', '.join(g) for g in alternatives)}"
-               f"); got: {raised}")
+               _("the ValueError must name the keys that disagree ({keys}); got: {error}").format(
+                   keys=functools.reduce(lambda keys, other_keys: _("{keys}; or {other_keys}").format(
+                       keys=keys, other_keys=other_keys), (", ".join(g) for g in alternatives)),
+                   error=raised))
 
-    refuses(_perturbed(_TinyLM(), 5), untied, ("embed.weight", "head.weight"), "an untied checkpoint for a tied model")
+    refuses(_perturbed(_TinyLM(), 5), untied, ("embed.weight", "head.weight"),
+            (_("an untied checkpoint for a tied model"),
+             _("An untied checkpoint for a tied model")))
 
     # 3. No tie at all, although shapes and initial values repeat: it loads.
-    with learner_code("calling load_checked on a model without ties (two LayerNorm(4), two Linear(4, 4))", unknown,
-                      causes={"embed.weight": "this model has no embed.weight or head.weight: do not assume those "
-                              "names exist; " + id_hint, "head.weight": "this model has no embed.weight or "
-                              "head.weight: do not assume those names exist; " + id_hint}):
+    no_such_names = _("this model has no embed.weight or head.weight: do not assume those names exist; "
+                      "{advice}").format(advice=id_hint)
+    with learner_code(_("calling load_checked on a model without ties (two LayerNorm(4), two Linear(4, 4))"), unknown,
+                      causes={"embed.weight": no_such_names, "head.weight": no_such_names}):
         try:
             load(twins, twins_file)
         except ValueError as err:
-            expect(False, f"a model without any tie was refused ({err}): its two LayerNorm layers start with equal "
-                          "values and its layers have equal shapes, but they are separate Parameters. "
-                          f"Equal values or shapes are not a tie: {id_hint}")
-    expect(_holds(twins, twins_file), "a checkpoint for a model without ties must be loaded")
+            expect(False, _("a model without any tie was refused ({error}): its two LayerNorm layers start with equal "
+                            "values and its layers have equal shapes, but they are separate Parameters. "
+                            "Equal values or shapes are not a tie: {advice}").format(error=err, advice=id_hint))
+    expect(_holds(twins, twins_file), _("a checkpoint for a model without ties must be loaded"))
 
     # 4. A layer used twice: the tie has other names, and two groups disagree (weights and biases). An answer
     # may walk the groups in any order and stop at the first: either group's keys will do.
     refuses(shared, shared_file, [("0.weight", "2.weight"), ("0.bias", "2.bias")],
-            "an untied checkpoint for a Sequential that uses one Linear twice")
+            (_("an untied checkpoint for a Sequential that uses one Linear twice"),
+             _("An untied checkpoint for a Sequential that uses one Linear twice")))
 
     # 5. Tied entries with equal values but separate storage (cloned, or from safetensors): it loads.
     separate = {k: v.clone() for k, v in _perturbed(_TinyLM(), 6).state_dict().items()}
     target = _perturbed(_TinyLM(), 7)
-    with learner_code("calling load_checked(tied model, tied checkpoint whose tied entries were cloned)", unknown):
+    with learner_code(_("calling load_checked(tied model, tied checkpoint whose tied entries were cloned)"), unknown):
         try:
             load(target, separate)
         except ValueError as err:
-            expect(False, f"a checkpoint whose tied entries are equal but stored separately was refused ({err}): "
-                          "files saved with safetensors or cloned tensors share no memory. Compare the values "
-                          "(torch.equal), not the storage")
+            expect(False, _("a checkpoint whose tied entries are equal but stored separately was refused ({error}): "
+                            "files saved with safetensors or cloned tensors share no memory. Compare the values "
+                            "(torch.equal), not the storage").format(error=err))
     expect(_holds(target, separate) and target.head.weight is target.embed.weight,
-           "a tied checkpoint with separately stored, equal entries must be loaded, keeping the tie")
+           _("a tied checkpoint with separately stored, equal entries must be loaded, keeping the tie"))
 
     # 6. Tied entries that differ in one number, by a few millionths of it: still two values, one would be lost.
     nearly = {k: v.clone() for k, v in separate.items()}
     nearly["head.weight"][0, 0] *= 1 + 4e-6
     refuses(_perturbed(_TinyLM(), 8), nearly, ("embed.weight", "head.weight"),
-            "a checkpoint whose tied entries differ in one number, by four millionths of it",
-            "torch.allclose (and isclose) call such values equal, yet loading keeps only one of them: compare "
-            "exactly, with torch.equal")
+            (_("a checkpoint whose tied entries differ in one number, by four millionths of it"),
+             _("A checkpoint whose tied entries differ in one number, by four millionths of it")),
+            _("torch.allclose (and isclose) call such values equal, yet loading keeps only one of them: compare "
+              "exactly, with torch.equal"))
 
     # 7. One Parameter under three names: any one of them may be the odd one out.
     for odd in ("0.weight", "2.weight", "4.weight"):
         state = {k: v.clone() for k, v in thrice_file.items()}
         state[odd] += 1
-        refuses(thrice, state, (odd,), f"a checkpoint where {odd}, one of three names of one weight, differs",
-                "A Parameter can have more than two names: compare every name of a group with the first, not "
-                "just one pair (a dict from one name to the next keeps only the last pair)")
+        refuses(thrice, state, (odd,),
+                (_("a checkpoint where {name}, one of three names of one weight, differs").format(name=odd),
+                 _("A checkpoint where {name}, one of three names of one weight, differs").format(name=odd)),
+                _("A Parameter can have more than two names: compare every name of a group with the first, not "
+                  "just one pair (a dict from one name to the next keeps only the last pair)"))
 
     # 8. Buffers (BatchNorm's running statistics) are in the checkpoint too, and are not Parameters: it loads.
-    buffers_hint = ("a checkpoint also holds buffers (BatchNorm's running_mean, running_var, num_batches_tracked), "
-                    "which are not Parameters: take the names that share one Parameter from "
-                    "model.named_parameters(remove_duplicate=False), not from the checkpoint's keys "
-                    "(model.get_parameter raises on a buffer's name)")
-    with learner_code("calling load_checked(tied model with a BatchNorm1d, tied checkpoint)", unknown,
+    buffers_hint = _("a checkpoint also holds buffers (BatchNorm's running_mean, running_var, num_batches_tracked), "
+                     "which are not Parameters: take the names that share one Parameter from "
+                     "model.named_parameters(remove_duplicate=False), not from the checkpoint's keys "
+                     "(model.get_parameter raises on a buffer's name)")
+    with learner_code(_("calling load_checked(tied model with a BatchNorm1d, tied checkpoint)"), unknown,
                       causes={"is not an nn.Parameter": buffers_hint}):
         try:
             load(normed, normed_file)
         except ValueError as err:
-            expect(False, f"a tied checkpoint for a model with a BatchNorm1d was refused ({err}): {buffers_hint}")
+            expect(False, _("a tied checkpoint for a model with a BatchNorm1d was refused ({error}): {cause}").format(
+                error=err, cause=buffers_hint))
     expect(_holds(normed, normed_file) and normed[2].weight is normed[0].weight,
-           "a tied checkpoint for a model with a BatchNorm1d must be loaded, buffers included, keeping the tie: "
-           "call model.load_state_dict(state_dict)")
+           _("a tied checkpoint for a model with a BatchNorm1d must be loaded, buffers included, keeping the tie: "
+             "call model.load_state_dict(state_dict)"))
 
     # 9. A tie two levels down, in a nested network, and a bare layer without ties (it loads).
     refuses(deep, deep_file, ("0.0.weight", "1.weight"),
-            "an untied checkpoint for a nested network whose inner Linear (0.0) shares its weight with the outer "
-            "one (1)",
-            "The tie sits two levels down: walk every module at every depth, e.g. "
-            "model.named_parameters(remove_duplicate=False), not only the model's children")
-    with learner_code("calling load_checked on a bare nn.Linear(3, 3) (no ties)", unknown):
+            (_("an untied checkpoint for a nested network whose inner Linear (0.0) shares its weight with the outer "
+               "one (1)"),
+             _("An untied checkpoint for a nested network whose inner Linear (0.0) shares its weight with the outer "
+               "one (1)")),
+            _("The tie sits two levels down: walk every module at every depth, e.g. "
+              "model.named_parameters(remove_duplicate=False), not only the model's children"))
+    with learner_code(_("calling load_checked on a bare nn.Linear(3, 3) (no ties)"), unknown):
         load(bare, bare_file)
-    expect(_holds(bare, bare_file), "a checkpoint for a bare nn.Linear(3, 3) without ties must be loaded")
+    expect(_holds(bare, bare_file), _("a checkpoint for a bare nn.Linear(3, 3) without ties must be loaded"))
 
     # 10. A checkpoint that lacks a key, its ties intact: the strict load_state_dict refuses it.
     partial = {k: v for k, v in _perturbed(_TinyLM(), 10).state_dict().items() if k != "norm.bias"}
@@ -441,6 +472,6 @@ def check_load_checked(load: Callable[[nn.Module, dict], object]) -> None:
     except Exception:  # the RuntimeError of a strict load, or the answer's own refusal
         pass
     else:
-        expect(False, "a checkpoint without norm.bias was loaded without complaint, leaving norm.bias as it was: "
-                      "load with model.load_state_dict(state_dict), which is strict by default and raises on "
-                      "missing or unexpected keys; do not pass strict=False")
+        expect(False, _("a checkpoint without norm.bias was loaded without complaint, leaving norm.bias as it was: "
+                        "load with model.load_state_dict(state_dict), which is strict by default and raises on "
+                        "missing or unexpected keys; do not pass strict=False"))

@@ -12,17 +12,18 @@ import torch
 from torch import nn
 
 from utils.checks import exercise, expect, learner_code
+from utils.i18n import N_, _
 
 __all__ = ["check_half_fourier", "check_norm1d", "check_weight_norm_linear"]
 
-_ANY_DEVICE = (
+_ANY_DEVICE = N_(
     "create every tensor in forward on the input's device and in its dtype (torch.zeros(..., device=x.device, "
     "dtype=x.dtype), torch.arange(n, device=x.device)) or derive it from x (torch.zeros_like(x), x.new_ones(...)); "
     "the check ran your forward as on a GPU machine, where a tensor made without device= lands on the CPU while "
     "x is on the GPU, so a tensor made without device= was not where x is"
 )
 
-_AS_ON_A_GPU = "calling your layer as on a GPU machine, where tensors made without device= are elsewhere"
+_AS_ON_A_GPU = N_("calling your layer as on a GPU machine, where tensors made without device= are elsewhere")
 _INDEXING = (torch.Tensor.__getitem__, torch.Tensor.__setitem__, torch.Tensor.index_put_, torch.Tensor.index_put)
 _MOVES = (torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.type_as, torch.Tensor.copy_)
 
@@ -62,9 +63,9 @@ def _made_elsewhere() -> Iterator[None]:
                 checked = given
             far_here = [t for t in checked if is_far(t)]
             if any(t.dim() > 0 for t in far_here) and len(far_here) < len(checked):
-                raise RuntimeError(
+                raise RuntimeError(_(
                     "Expected all tensors to be on the same device, but found at least two devices: the input's "
-                    "and another one (a tensor made without device=)")
+                    "and another one (a tensor made without device=)"))
             out = func(*args, **kwargs)
             if kwargs.get("device") is not None:
                 return out
@@ -90,12 +91,12 @@ def _made_elsewhere() -> Iterator[None]:
         yield
 
 
-_WN_SHAPES = (
+_WN_SHAPES = N_(
     "the error is in your forward. If it is about sizes: direction is (out, in); its row norms, "
     "direction.norm(dim=1, keepdim=True), are (out, 1), one per row (without keepdim they are (out,) and "
     "divide the columns); scale[:, None] is (out, 1) too; and y = x @ W.T needs W.T, of shape (in, out)"
 )
-_NORM_SHAPES = (
+_NORM_SHAPES = N_(
     "the error is in your forward. If it is about sizes: the batch statistics x.mean(dim=0) and "
     "x.var(dim=0, correction=0) have shape (num_features,), like running_mean, running_var, weight and bias "
     "(keepdim=True gives (1, num_features), which an in-place update of a (num_features,) buffer refuses)"
@@ -117,27 +118,30 @@ def _weight_norm_reference(x, direction, scale, bias):
 
 def _built_weight_norm(cls: type[nn.Module], n_in: int, n_out: int, x: torch.Tensor) -> nn.Module:
     """``cls(n_in, n_out)``, called once on ``x`` as built: its parameters' shapes and a usable start."""
-    with learner_code(f"building WeightNormLinear({n_in}, {n_out})", "the error is in your __init__"):
+    with learner_code(_("building WeightNormLinear({n_in}, {n_out})").format(n_in=n_in, n_out=n_out),
+                      _("the error is in your __init__")):
         layer = cls(n_in, n_out)
-    expect(isinstance(layer, nn.Module), "WeightNormLinear must subclass nn.Module")
-    with learner_code(f"calling WeightNormLinear({n_in}, {n_out}) on a {tuple(x.shape)} input", _WN_SHAPES):
+    expect(isinstance(layer, nn.Module), _("WeightNormLinear must subclass nn.Module"))
+    with learner_code(_("calling WeightNormLinear({n_in}, {n_out}) on a {shape} input").format(
+            n_in=n_in, n_out=n_out, shape=tuple(x.shape)), _(_WN_SHAPES)):
         first = layer(x)  # an unfinished answer stops here, with NotImplementedError
     shapes = {name: tuple(p.shape) for name, p in layer.named_parameters()}
     wanted = {"direction": (n_out, n_in), "scale": (n_out,), "bias": (n_out,)}
     expect(
         shapes == wanted,
-        f"cls({n_in}, {n_out}) must register exactly the parameters {wanted}; got {shapes}. "
-        "Wrap each tensor in nn.Parameter and assign it as an attribute.",
+        _("cls({n_in}, {n_out}) must register exactly the parameters {wanted}; got {shapes}. "
+          "Wrap each tensor in nn.Parameter and assign it as an attribute.").format(
+              n_in=n_in, n_out=n_out, wanted=wanted, shapes=shapes),
     )
     start = layer.direction.detach()
     finite_out = not (isinstance(first, torch.Tensor) and first.is_floating_point()) or bool(first.isfinite().all())
     expect(
         bool(start.isfinite().all() and (start.norm(dim=1) > 0).all()) and finite_out,
-        f"a new layer must be usable as it is, whatever its size: WeightNormLinear({n_in}, {n_out}) starts with a "
-        "direction row of zeros (or its output is not finite). Start direction random (torch.randn(out_features, "
-        "in_features) * in_features ** -0.5, say); a row of zeros has no direction, and dividing it by its norm "
-        "gives nan (an identity start, torch.eye(out_features, in_features), has zero rows when out_features > "
-        "in_features)",
+        _("a new layer must be usable as it is, whatever its size: WeightNormLinear({n_in}, {n_out}) starts with a "
+          "direction row of zeros (or its output is not finite). Start direction random (torch.randn(out_features, "
+          "in_features) * in_features ** -0.5, say); a row of zeros has no direction, and dividing it by its norm "
+          "gives nan (an identity start, torch.eye(out_features, in_features), has zero rows when out_features > "
+          "in_features)").format(n_in=n_in, n_out=n_out),
     )
     return layer
 
@@ -149,18 +153,19 @@ def _weight_norm_values(layer: nn.Module, x: torch.Tensor, direction, scale, bia
         layer.direction.copy_(direction)
         layer.scale.copy_(scale)
         layer.bias.copy_(bias)
-    with learner_code(f"calling WeightNormLinear({n_in}, {n_out}) on a {tuple(x.shape)} input",
-                      "the error is in your forward"):
+    with learner_code(_("calling WeightNormLinear({n_in}, {n_out}) on a {shape} input").format(
+            n_in=n_in, n_out=n_out, shape=tuple(x.shape)), _("the error is in your forward")):
         y = layer(x)
     expected = _weight_norm_reference(x, direction, scale, bias)
     expect(
         isinstance(y, torch.Tensor) and y.shape == expected.shape,
-        f"a batch of {x.shape[0]} inputs of width {n_in} must give shape {tuple(expected.shape)}; got {_shape(y)}",
+        _("a batch of {count} inputs of width {n_in} must give shape {shape}; got {actual}").format(
+            count=x.shape[0], n_in=n_in, shape=tuple(expected.shape), actual=_shape(y)),
     )
     expect(
         torch.allclose(y, expected, atol=1e-5),
-        "wrong values: W = scale[:, None] * direction / direction.norm(dim=1, keepdim=True) (each row of "
-        "direction divided by its own norm), then y = x @ W.T + bias",
+        _("wrong values: W = scale[:, None] * direction / direction.norm(dim=1, keepdim=True) (each row of "
+          "direction divided by its own norm), then y = x @ W.T + bias"),
     )
     return expected
 
@@ -168,15 +173,16 @@ def _weight_norm_values(layer: nn.Module, x: torch.Tensor, direction, scale, bia
 def _weight_norm_gradients(layer: nn.Module, x: torch.Tensor, direction, scale, bias) -> None:
     """Every parameter gets a gradient, and the right one; a missing history is named before backward()."""
     layer.zero_grad(set_to_none=True)
-    with learner_code(f"calling your layer on a {tuple(x.shape)} input", "the error is in your forward"):
+    with learner_code(_("calling your layer on a {shape} input").format(shape=tuple(x.shape)),
+                      _("the error is in your forward")):
         y = layer(x)
     expect(
         isinstance(y, torch.Tensor) and y.grad_fn is not None,
-        "your layer's output has no gradient history (its grad_fn is None): nothing in it reaches autograd, "
-        "so no parameter would ever be trained. Something in forward cut the computation out of autograd: "
-        "torch.no_grad() around it, or .data, .detach() or a torch.tensor(...) copy of every parameter, does that",
+        _("your layer's output has no gradient history (its grad_fn is None): nothing in it reaches autograd, "
+          "so no parameter would ever be trained. Something in forward cut the computation out of autograd: "
+          "torch.no_grad() around it, or .data, .detach() or a torch.tensor(...) copy of every parameter, does that"),
     )
-    with learner_code("back-propagating through your layer", "the error is in your forward"):
+    with learner_code(_("back-propagating through your layer"), _("the error is in your forward")):
         (y ** 2).sum().backward()
     leaves = [t.clone().requires_grad_(True) for t in (direction, scale, bias)]
     (_weight_norm_reference(x, *leaves) ** 2).sum().backward()
@@ -184,14 +190,14 @@ def _weight_norm_gradients(layer: nn.Module, x: torch.Tensor, direction, scale, 
         grad = getattr(layer, name).grad
         expect(
             grad is not None,
-            f"no gradient reached {name!r}: forward must use the parameter itself. Reading "
-            f"self.{name}.data or self.{name}.detach() gives the right numbers but cuts it out of "
-            "autograd, so it is never trained",
+            _("no gradient reached {quoted}: forward must use the parameter itself. Reading "
+              "self.{name}.data or self.{name}.detach() gives the right numbers but cuts it out of "
+              "autograd, so it is never trained").format(quoted=repr(name), name=name),
         )
         expect(
             torch.allclose(grad, reference.grad, atol=1e-4),
-            f"the gradient of {name!r} is wrong: is part of the computation (e.g. the norm) taken "
-            "under torch.no_grad(), from .data, or detached?",
+            _("the gradient of {name} is wrong: is part of the computation (e.g. the norm) taken "
+              "under torch.no_grad(), from .data, or detached?").format(name=repr(name)),
         )
 
 
@@ -208,25 +214,25 @@ def check_weight_norm_linear(cls: type[nn.Module]) -> None:
     layer = _built_weight_norm(cls, 5, 3, x)
     direction, scale, bias = _randn(3, 5, seed=1), _randn(3, seed=2).abs() + 0.5, _randn(3, seed=3)
     expected = _weight_norm_values(layer, x, direction, scale, bias)
-    with learner_code("calling your layer on a (2, 6, 5) input",
-                      "x @ W.T + bias works for any number of leading dimensions: do not flatten or index them"):
+    with learner_code(_("calling your layer on a (2, 6, 5) input"),
+                      _("x @ W.T + bias works for any number of leading dimensions: do not flatten or index them")):
         y3 = layer(_randn(2, 6, 5, seed=5))
-    expect(_shape(y3) == (2, 6, 3), f"leading dimensions must pass through: an input of shape (2, 6, 5) gives "
-                                    f"(2, 6, 3); got {_shape(y3)}")
-    with learner_code("calling your layer on one input of shape (5,), without a batch dimension",
-                      "x @ W.T + bias works for any number of leading dimensions, none included: do not flatten "
-                      "or index them"):
+    expect(_shape(y3) == (2, 6, 3), _("leading dimensions must pass through: an input of shape (2, 6, 5) gives "
+                                      "(2, 6, 3); got {shape}").format(shape=_shape(y3)))
+    with learner_code(_("calling your layer on one input of shape (5,), without a batch dimension"),
+                      _("x @ W.T + bias works for any number of leading dimensions, none included: do not flatten "
+                        "or index them")):
         y1 = layer(x[0])
-    expect(_shape(y1) == (3,), f"with no leading dimension, an input of shape (5,) gives (3,), as nn.Linear does; "
-                               f"got {_shape(y1)}")
+    expect(_shape(y1) == (3,), _("with no leading dimension, an input of shape (5,) gives (3,), as nn.Linear does; "
+                                 "got {shape}").format(shape=_shape(y1)))
     with torch.no_grad():
         layer.direction.mul_(3.0)
-    with learner_code("calling your layer after scaling direction by 3", "the error is in your forward"):
+    with learner_code(_("calling your layer after scaling direction by 3"), _("the error is in your forward")):
         scaled = layer(x)
     expect(
         torch.allclose(scaled, expected, atol=1e-5),
-        "scaling direction must not change the output: only its direction counts, its length is "
-        "normalized away",
+        _("scaling direction must not change the output: only its direction counts, its length is "
+          "normalized away"),
     )
     with torch.no_grad():
         layer.direction.copy_(direction)
@@ -242,27 +248,29 @@ def check_weight_norm_linear(cls: type[nn.Module]) -> None:
 
     # Wherever it is moved: float64, and an input on a device other than the default one.
     double = copy.deepcopy(layer).double()
-    with learner_code("calling your layer, converted with .double(), on a float64 input", _ANY_DEVICE):
+    with learner_code(_("calling your layer, converted with .double(), on a float64 input"), _(_ANY_DEVICE)):
         y64 = double(x.double())
     expect(
         isinstance(y64, torch.Tensor) and y64.dtype == torch.float64,
-        f"after .double(), a float64 input must give a float64 output; got "
-        f"{getattr(y64, 'dtype', type(y64).__name__)}: {_ANY_DEVICE}",
+        _("after .double(), a float64 input must give a float64 output; got {dtype}: {advice}").format(
+            dtype=getattr(y64, "dtype", type(y64).__name__), advice=_(_ANY_DEVICE)),
     )
-    with learner_code(_AS_ON_A_GPU, _ANY_DEVICE):
+    with learner_code(_(_AS_ON_A_GPU), _(_ANY_DEVICE)):
         with _made_elsewhere():
             y_here = layer(x)
     expect(
         isinstance(y_here, torch.Tensor) and y_here.device == x.device and torch.allclose(y_here, expected, atol=1e-5),
-        f"the output must be on the input's device, with the same values, whatever the default device: {_ANY_DEVICE}",
+        _("the output must be on the input's device, with the same values, whatever the default device: "
+          "{advice}").format(advice=_(_ANY_DEVICE)),
     )
-    moved_hint = ("a tensor kept as a plain attribute (self.eps = torch.full(...)) stays where it was made when the "
-                  "layer moves: register it as a buffer (self.register_buffer(...)), or use a Python number")
-    with learner_code("moving your layer with .to('meta') and calling it on an input there", moved_hint):
+    moved_hint = _("a tensor kept as a plain attribute (self.eps = torch.full(...)) stays where it was made when the "
+                   "layer moves: register it as a buffer (self.register_buffer(...)), or use a Python number")
+    with learner_code(_("moving your layer with .to('meta') and calling it on an input there"), moved_hint):
         y_meta = copy.deepcopy(layer).to("meta")(torch.empty(4, 5, device="meta"))
     expect(
         isinstance(y_meta, torch.Tensor) and y_meta.is_meta and y_meta.shape == (4, 3),
-        f"after .to(device), an input on that device must give an output there, shape (4, 3): {moved_hint}",
+        _("after .to(device), an input on that device must give an output there, shape (4, 3): {advice}").format(
+            advice=moved_hint),
     )
 
 
@@ -273,55 +281,60 @@ def check_half_fourier(cls: type[nn.Module]) -> None:
     Odd lengths (``n // 2`` rounds down), float64 inputs (complex128 out), and an output on the input's
     device whatever the default device.
     """
-    with learner_code("building HalfFourier()", "the error is in your __init__"):
+    with learner_code(_("building HalfFourier()"), _("the error is in your __init__")):
         layer = cls()
-    expect(isinstance(layer, nn.Module), "HalfFourier must subclass nn.Module")
-    expect(len(list(layer.parameters())) == 0, "this layer has nothing to learn: it needs no parameters")
-    stay = ("stay in torch (torch.fft), not NumPy, so that autograd can follow and any device works; "
-            "slice with an int: n // 2")
+    expect(isinstance(layer, nn.Module), _("HalfFourier must subclass nn.Module"))
+    expect(len(list(layer.parameters())) == 0, _("this layer has nothing to learn: it needs no parameters"))
+    stay = _("stay in torch (torch.fft), not NumPy, so that autograd can follow and any device works; "
+             "slice with an int: n // 2")
     for shape, dtype in [((3, 8), torch.float32), ((2, 3, 9), torch.float32), ((4, 3), torch.float32),
                          ((1, 1), torch.float32), ((2, 7), torch.float64)]:
         x = _randn(*shape, seed=sum(shape), dtype=dtype).requires_grad_(True)
-        with learner_code(f"calling your layer on a {dtype} input of shape {shape} that requires grad", stay):
+        with learner_code(_("calling your layer on a {dtype} input of shape {shape} that requires grad").format(
+                dtype=dtype, shape=shape), stay):
             out = layer(x)
         n = shape[-1]
         want = torch.fft.fft(x.detach(), dim=-1)[..., : n // 2]
         expect(
             isinstance(out, torch.Tensor) and out.is_complex(),
-            "return the complex coefficients of torch.fft.fft, not their magnitudes or real parts",
+            _("return the complex coefficients of torch.fft.fft, not their magnitudes or real parts"),
         )
         # rfft keeps n // 2 + 1 coefficients; for an odd n so does fft(x)[..., :ceil(n / 2)], which is not rfft
-        rfft_hint = (" torch.fft.rfft keeps n // 2 + 1 of them, one too many."
-                     if out.shape[-1] == n // 2 + 1 and n % 2 == 0 else "")
+        rfft = out.shape[-1] == n // 2 + 1 and n % 2 == 0
         expect(
             out.shape == want.shape,
-            f"an input of shape {shape} must give {tuple(want.shape)} (the first n // 2 = {n // 2} "
-            f"coefficients along the last dimension; n // 2 rounds down for odd n); got {tuple(out.shape)}."
-            f"{rfft_hint}",
+            (_("an input of shape {shape} must give {expected} (the first n // 2 = {half} "
+               "coefficients along the last dimension; n // 2 rounds down for odd n); got {actual}. "
+               "torch.fft.rfft keeps n // 2 + 1 of them, one too many.") if rfft else
+             _("an input of shape {shape} must give {expected} (the first n // 2 = {half} "
+               "coefficients along the last dimension; n // 2 rounds down for odd n); got {actual}.")).format(
+                   shape=shape, expected=tuple(want.shape), half=n // 2, actual=tuple(out.shape)),
         )
         expect(
             out.dtype == want.dtype,
-            f"a {x.dtype} input gives {want.dtype} coefficients in torch.fft; got {out.dtype}. Do not fix the "
-            "dtype (complex64) in forward; follow the input's (a NumPy detour also loses it)",
+            _("a {dtype} input gives {expected} coefficients in torch.fft; got {actual}. Do not fix the "
+              "dtype (complex64) in forward; follow the input's (a NumPy detour also loses it)").format(
+                  dtype=x.dtype, expected=want.dtype, actual=out.dtype),
         )
         expect(
             torch.allclose(out.detach(), want, atol=1e-5),
-            "wrong values: apply torch.fft.fft along the last dimension only, then keep [..., : n // 2]",
+            _("wrong values: apply torch.fft.fft along the last dimension only, then keep [..., : n // 2]"),
         )
         if n >= 2:
-            hint = "no gradient reaches the input: the layer must be differentiable (stay in torch, no NumPy)"
+            hint = _("no gradient reaches the input: the layer must be differentiable (stay in torch, no NumPy)")
             expect(out.requires_grad, hint)
-            with learner_code("back-propagating through your layer", stay):
+            with learner_code(_("back-propagating through your layer"), stay):
                 out.abs().sum().backward()
             expect(x.grad is not None and bool(x.grad.abs().sum() > 0), hint)
     x = _randn(3, 8, seed=60)
-    with learner_code(_AS_ON_A_GPU, _ANY_DEVICE):
+    with learner_code(_(_AS_ON_A_GPU), _(_ANY_DEVICE)):
         with _made_elsewhere():
             out = layer(x)
     expect(
         isinstance(out, torch.Tensor) and out.device == x.device and out.shape == (3, 4)
         and torch.allclose(out, torch.fft.fft(x)[..., :4], atol=1e-5),
-        f"the output must be on the input's device, with the same values, whatever the default device: {_ANY_DEVICE}",
+        _("the output must be on the input's device, with the same values, whatever the default device: "
+          "{advice}").format(advice=_(_ANY_DEVICE)),
     )
 
 
@@ -351,26 +364,27 @@ def _norm_gradients(mine: nn.Module, reference: nn.Module, ours: tuple, theirs: 
     ``ours`` and ``theirs`` are ``(input leaf, output)``; a missing history is named before ``backward()``."""
     (leaf, y), (leaf_ref, y_ref) = ours, theirs
     expect(y.grad_fn is not None,
-           f"in {mode} your layer's output has no gradient history (its grad_fn is None), although its input "
-           "requires grad: nothing reaches autograd, so neither the weights nor anything before the layer would "
-           "be trained. Something in forward cut the computation out of autograd, such as torch.no_grad() "
-           "around it, or .data or .detach() of both the input and the parameters. Gradients flow in eval() "
-           "mode too: fine-tuning with frozen normalization layers back-propagates through them")
+           _("in {mode} your layer's output has no gradient history (its grad_fn is None), although its input "
+             "requires grad: nothing reaches autograd, so neither the weights nor anything before the layer would "
+             "be trained. Something in forward cut the computation out of autograd, such as torch.no_grad() "
+             "around it, or .data or .detach() of both the input and the parameters. Gradients flow in eval() "
+             "mode too: fine-tuning with frozen normalization layers back-propagates through them").format(mode=mode))
     mine.zero_grad(set_to_none=True)
     reference.zero_grad(set_to_none=True)
     g = _randn(*y_ref.shape, seed=30)
-    with learner_code(f"back-propagating through your layer in {mode}", "the error is in your forward"):
+    with learner_code(_("back-propagating through your layer in {mode}").format(mode=mode),
+                      _("the error is in your forward")):
         (y * g).sum().backward()
     (y_ref * g).sum().backward()
     for name in ("weight", "bias"):
         expect(getattr(mine, name).grad is not None,
-               f"in {mode} no gradient reached {name!r}: forward must use the parameter itself, not "
-               f"self.{name}.data or a detached copy")
+               _("in {mode} no gradient reached {quoted}: forward must use the parameter itself, not "
+                 "self.{name}.data or a detached copy").format(mode=mode, quoted=repr(name), name=name))
         expect(torch.allclose(getattr(mine, name).grad, getattr(reference, name).grad, atol=1e-4),
-               f"in {mode} the gradient of {name!r} is wrong: is part of the computation detached or under "
-               "no_grad?")
+               _("in {mode} the gradient of {name} is wrong: is part of the computation detached or under "
+                 "no_grad?").format(mode=mode, name=repr(name)))
     expect(leaf.grad is not None and torch.allclose(leaf.grad, leaf_ref.grad, atol=1e-4),
-           f"in {mode} the gradient with respect to the input is wrong: {why}")
+           _("in {mode} the gradient with respect to the input is wrong: {cause}").format(mode=mode, cause=why))
 
 
 @exercise("Exercise 3 · A normalization layer built like the built-in ones")
@@ -384,67 +398,76 @@ def check_norm1d(cls: type[nn.Module]) -> None:
     lands on the input's device whatever the default device, and float64 works.
     """
     n = 4
-    kwargs_hint = ("accept device=None, dtype=None and pass them to every tensor you create in __init__ "
-                   "(torch.ones(n, device=device, dtype=dtype), ...)")
-    reset_hint = ("reset_parameters() sets weight to ones, bias to zeros, running_mean to zeros and running_var "
-                  "to ones, in place (fill_, zero_, nn.init.ones_) under torch.no_grad()")
-    build_hint = f"the error is in __init__ or in the reset_parameters() it calls. {kwargs_hint[0].upper()}" \
-                 f"{kwargs_hint[1:]}; {reset_hint}"
-    with learner_code(f"building Norm1d({n}, device='meta')", build_hint):
+    kwargs_hint = _("accept device=None, dtype=None and pass them to every tensor you create in __init__ "
+                    "(torch.ones(n, device=device, dtype=dtype), ...)")
+    reset_hint = _("reset_parameters() sets weight to ones, bias to zeros, running_mean to zeros and running_var "
+                   "to ones, in place (fill_, zero_, nn.init.ones_) under torch.no_grad()")
+    build_hint = _("the error is in __init__ or in the reset_parameters() it calls. Accept device=None, dtype=None "
+                   "and pass them to every tensor you create in __init__ (torch.ones(n, device=device, "
+                   "dtype=dtype), ...); {reset}").format(reset=reset_hint)
+    with learner_code(_("building Norm1d({n}, device='meta')").format(n=n), build_hint):
         on_meta = cls(n, device="meta")
-    expect(isinstance(on_meta, nn.Module), "Norm1d must subclass nn.Module")
+    expect(isinstance(on_meta, nn.Module), _("Norm1d must subclass nn.Module"))
     params, buffers = dict(on_meta.named_parameters()), dict(on_meta.named_buffers())
     expect(set(params) == {"weight", "bias"},
-           f"register exactly two parameters, weight and bias; got {sorted(params)}. The running statistics "
-           "are state that is not trained: register them with self.register_buffer(...)")
+           _("register exactly two parameters, weight and bias; got {names}. The running statistics "
+             "are state that is not trained: register them with self.register_buffer(...)").format(
+                 names=sorted(params)))
     missing = [name for name in ("running_mean", "running_var") if name not in buffers]
     expect(not missing,
-           f"{missing} must be buffers: self.register_buffer(name, tensor). A plain tensor attribute is not "
-           "moved by .to() or to_empty() and not saved in state_dict()")
+           _("{names} must be buffers: self.register_buffer(name, tensor). A plain tensor attribute is not "
+             "moved by .to() or to_empty() and not saved in state_dict()").format(names=missing))
     tensors = _norm_tensors(on_meta)
     expect(all(t.shape == (n,) for t in tensors.values()),
-           f"weight, bias, running_mean and running_var all have shape ({n},)")
+           _("weight, bias, running_mean and running_var all have shape ({n},)").format(n=n))
     off = [name for name, t in tensors.items() if not t.is_meta]
-    expect(not off, f"Norm1d({n}, device='meta') created {off} on another device: {kwargs_hint}")
+    expect(not off, _("Norm1d({n}, device='meta') created {names} on another device: {advice}").format(
+        n=n, names=off, advice=kwargs_hint))
 
-    with learner_code(f"building Norm1d({n}, dtype=torch.float64)", build_hint):
+    with learner_code(_("building Norm1d({n}, dtype=torch.float64)").format(n=n), build_hint):
         double = cls(n, dtype=torch.float64)
     wrong = [name for name, t in _norm_tensors(double).items() if t.dtype != torch.float64]
-    expect(not wrong, f"Norm1d({n}, dtype=torch.float64) created {wrong} in another dtype: {kwargs_hint}")
+    expect(not wrong, _("Norm1d({n}, dtype=torch.float64) created {names} in another dtype: {advice}").format(
+        n=n, names=wrong, advice=kwargs_hint))
 
-    with learner_code(f"building Norm1d({n})", build_hint):
+    with learner_code(_("building Norm1d({n})").format(n=n), build_hint):
         fresh = cls(n)
     unset = [name for name, t in _norm_tensors(fresh).items() if not torch.all(t == _NORM_STATE[name])]
-    expect(not unset, f"right after Norm1d({n}) is built, {unset} do not hold their starting values (weight "
-                      "ones, bias zeros, running_mean zeros, running_var ones): set them in reset_parameters() "
-                      "and call it at the end of __init__")
+    expect(not unset, _("right after Norm1d({n}) is built, {names} do not hold their starting values (weight "
+                        "ones, bias zeros, running_mean zeros, running_var ones): set them in reset_parameters() "
+                        "and call it at the end of __init__").format(n=n, names=unset))
 
     expect(callable(getattr(on_meta, "reset_parameters", None)),
-           f"define a method reset_parameters(): to_empty() gives memory without values, and {reset_hint}")
-    with learner_code(f"building Norm1d({n}) while counting its calls of reset_parameters()", build_hint):
+           _("define a method reset_parameters(): to_empty() gives memory without values, and {reset}").format(
+               reset=reset_hint))
+    with learner_code(_("building Norm1d({n}) while counting its calls of reset_parameters()").format(n=n),
+                      build_hint):
         probe, calls = _built_counting_resets(cls, n)
     expect(any(module is probe for module in calls),
-           f"Norm1d({n}) holds the right starting values, but __init__ never calls self.reset_parameters(): end "
-           "__init__ with that call, so that the starting values are set in one place, the one to_empty() needs")
+           _("Norm1d({n}) holds the right starting values, but __init__ never calls self.reset_parameters(): end "
+             "__init__ with that call, so that the starting values are set in one place, the one to_empty() "
+             "needs").format(n=n))
     layer = on_meta.to_empty(device="cpu")
     held = _norm_tensors(layer)
     with torch.no_grad():
         for t in held.values():
             t.fill_(7.0)  # what uninitialized memory might hold
-    with learner_code("calling reset_parameters() after to_empty(device='cpu')", reset_hint):
+    with learner_code(_("calling reset_parameters() after to_empty(device='cpu')"), reset_hint):
         layer.reset_parameters()
     now = _norm_tensors(layer)
     replaced = [name for name in held if now[name] is not held[name]]
-    expect(not replaced, f"reset_parameters() replaced {replaced} by new objects: fill the existing ones in place "
-                         "(an optimizer built before holds the old Parameters, and whatever shares one of the "
-                         "tensors, a tie or another module holding the same buffer, keeps the old one)")
+    expect(not replaced, _("reset_parameters() replaced {names} by new objects: fill the existing ones in place "
+                           "(an optimizer built before holds the old Parameters, and whatever shares one of the "
+                           "tensors, a tie or another module holding the same buffer, keeps the old one)").format(
+                               names=replaced))
     unset = [name for name, t in now.items() if not torch.all(t == _NORM_STATE[name])]
-    expect(not unset, f"after to_empty(device='cpu') and reset_parameters(), {unset} still hold leftover values: "
-                      f"{reset_hint}")
+    expect(not unset, _("after to_empty(device='cpu') and reset_parameters(), {names} still hold leftover values: "
+                        "{reset}").format(names=unset, reset=reset_hint))
 
     # The computation, against nn.BatchNorm1d: values, running statistics, gradients, evaluation mode.
     momentum, eps = 0.3, 0.1
-    with learner_code(f"building Norm1d({n}, momentum={momentum}, eps={eps})", build_hint):
+    with learner_code(_("building Norm1d({n}, momentum={momentum}, eps={eps})").format(n=n, momentum=momentum,
+                                                                                       eps=eps), build_hint):
         mine = cls(n, momentum=momentum, eps=eps)
     reference = nn.BatchNorm1d(n, eps=eps, momentum=momentum)
     weight, bias = _randn(n, seed=11) + 2.0, _randn(n, seed=12)
@@ -452,14 +475,14 @@ def check_norm1d(cls: type[nn.Module]) -> None:
         for module in (mine, reference):
             module.weight.copy_(weight)
             module.bias.copy_(bias)
-    train_hint = ("in training mode normalize with the batch's mean and biased variance (x.var(dim=0, "
-                  "correction=0)), eps inside the square root, then * weight + bias")
-    stats_hint = ("update the running statistics as running = (1 - momentum) * running + momentum * batch value "
-                  "(running.lerp_(value, momentum)), the variance with correction=1 (unbiased)")
+    train_hint = _("in training mode normalize with the batch's mean and biased variance (x.var(dim=0, "
+                   "correction=0)), eps inside the square root, then * weight + bias")
+    stats_hint = _("update the running statistics as running = (1 - momentum) * running + momentum * batch value "
+                   "(running.lerp_(value, momentum)), the variance with correction=1 (unbiased)")
     for step in range(3):
         xb = _randn(8, n, seed=20 + step) * 3 + 1
         leaf = xb.clone().requires_grad_(True)
-        with learner_code("calling your layer in training mode on an (8, 4) batch", _NORM_SHAPES):
+        with learner_code(_("calling your layer in training mode on an (8, 4) batch"), _(_NORM_SHAPES)):
             y = mine(leaf)
         leaf_ref = xb.clone().requires_grad_(True)
         y_ref = reference(leaf_ref)
@@ -467,43 +490,45 @@ def check_norm1d(cls: type[nn.Module]) -> None:
         expect(torch.allclose(mine.running_mean, reference.running_mean, atol=1e-5)
                and torch.allclose(mine.running_var, reference.running_var, atol=1e-5), stats_hint)
         expect(mine.running_mean.grad_fn is None and mine.running_var.grad_fn is None,
-               "update the running statistics under torch.no_grad(): otherwise each in-place update records "
-               "the batch's graph in the buffer, and the next batches build on it")
+               _("update the running statistics under torch.no_grad(): otherwise each in-place update records "
+                 "the batch's graph in the buffer, and the next batches build on it"))
         if step == 0:
-            _norm_gradients(mine, reference, (leaf, y), (leaf_ref, y_ref), "training mode",
-                            "the batch mean and variance are part of the computation; do not detach them")
+            _norm_gradients(mine, reference, (leaf, y), (leaf_ref, y_ref), _("training mode"),
+                            _("the batch mean and variance are part of the computation; do not detach them"))
 
     mine.eval()
     reference.eval()
     frozen = {name: t.clone() for name, t in _norm_tensors(mine).items()}
     xe = _randn(5, n, seed=40) * 2
     leaf, leaf_ref = xe.clone().requires_grad_(True), xe.clone().requires_grad_(True)
-    with learner_code("calling your layer in eval() mode on a (5, 4) batch", _NORM_SHAPES):
+    with learner_code(_("calling your layer in eval() mode on a (5, 4) batch"), _(_NORM_SHAPES)):
         ye = mine(leaf)
     ye_ref = reference(leaf_ref)
     expect(_shape(ye) == (5, n) and torch.allclose(ye, ye_ref, atol=1e-5),
-           "in eval() mode (self.training is False) normalize with running_mean and running_var, not the "
-           "batch's statistics, and with eps inside the square root as in training: "
-           "(x - running_mean) / sqrt(running_var + eps)")
+           _("in eval() mode (self.training is False) normalize with running_mean and running_var, not the "
+             "batch's statistics, and with eps inside the square root as in training: "
+             "(x - running_mean) / sqrt(running_var + eps)"))
     expect(all(torch.equal(t, frozen[name]) for name, t in _norm_tensors(mine).items()),
-           "in eval() mode the running statistics must not change")
-    _norm_gradients(mine, reference, (leaf, ye), (leaf_ref, ye_ref), "eval() mode",
-                    "in eval() mode the output is (x - running_mean) / sqrt(running_var + eps) * weight + bias, "
-                    "and the gradient flows through it as through any computation")
+           _("in eval() mode the running statistics must not change"))
+    _norm_gradients(mine, reference, (leaf, ye), (leaf_ref, ye_ref), _("eval() mode"),
+                    _("in eval() mode the output is (x - running_mean) / sqrt(running_var + eps) * weight + bias, "
+                      "and the gradient flows through it as through any computation"))
 
     # The defaults, on a second width: Norm1d(3) is nn.BatchNorm1d(3), in training and in eval() mode. A small
     # variance makes eps count, an offset the momentum.
     m = 3
-    with learner_code(f"building Norm1d({m})", build_hint):
+    with learner_code(_("building Norm1d({n})").format(n=m), build_hint):
         narrow = cls(m)
     default = nn.BatchNorm1d(m)
-    defaults_hint = (f"Norm1d({m}), built without momentum or eps, must compute what nn.BatchNorm1d({m}) does: "
-                     "keep the defaults the task gives, momentum=0.1 and eps=1e-5")
+    defaults_hint = _("Norm1d({n}), built without momentum or eps, must compute what nn.BatchNorm1d({n}) does: "
+                      "keep the defaults the task gives, momentum=0.1 and eps=1e-5").format(n=m)
     for mode in ("training", "eval"):
         narrow.train(mode == "training")
         default.train(mode == "training")
         xd = _randn(8, m, seed=42) * 0.1 + 1.0
-        with learner_code(f"calling Norm1d({m}) in {mode} mode on an (8, {m}) batch", _NORM_SHAPES):
+        calling = (_("calling Norm1d({n}) in training mode on an (8, {n}) batch") if mode == "training"
+                   else _("calling Norm1d({n}) in eval mode on an (8, {n}) batch")).format(n=m)
+        with learner_code(calling, _(_NORM_SHAPES)):
             yd = narrow(xd)
         expect(_shape(yd) == (8, m) and torch.allclose(yd, default(xd), atol=1e-5)
                and torch.allclose(narrow.running_mean, default.running_mean, atol=1e-6)
@@ -513,16 +538,17 @@ def check_norm1d(cls: type[nn.Module]) -> None:
     mine.train()
     reference.train()
     xh = _randn(8, n, seed=45)
-    with learner_code(_AS_ON_A_GPU, _ANY_DEVICE):
+    with learner_code(_(_AS_ON_A_GPU), _(_ANY_DEVICE)):
         with _made_elsewhere():
             y_here = mine(xh)
     expect(isinstance(y_here, torch.Tensor) and y_here.device == xh.device
            and torch.allclose(y_here, reference(xh), atol=1e-5),
-           f"the output must be on the input's device, with the same values, whatever the default device: "
-           f"{_ANY_DEVICE}")
+           _("the output must be on the input's device, with the same values, whatever the default device: "
+             "{advice}").format(advice=_(_ANY_DEVICE)))
     x64 = _randn(8, n, seed=50, dtype=torch.float64)
-    with learner_code(f"calling Norm1d({n}, dtype=torch.float64) on a float64 input", _ANY_DEVICE):
+    with learner_code(_("calling Norm1d({n}, dtype=torch.float64) on a float64 input").format(n=n), _(_ANY_DEVICE)):
         y64 = double(x64)
     expect(isinstance(y64, torch.Tensor) and y64.dtype == torch.float64
            and torch.allclose(y64, nn.BatchNorm1d(n, dtype=torch.float64)(x64), atol=1e-9),
-           f"a float64 layer on a float64 input must give BatchNorm's float64 result: {_ANY_DEVICE}")
+           _("a float64 layer on a float64 input must give BatchNorm's float64 result: {advice}").format(
+               advice=_(_ANY_DEVICE)))

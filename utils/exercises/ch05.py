@@ -22,6 +22,7 @@ from torch import nn
 
 from utils.checkpoint import other_format
 from utils.checks import exercise, expect, keeps_global_rng, learner_code
+from utils.i18n import N_, _
 
 __all__ = ["check_resume", "check_strip_prefix"]
 
@@ -58,7 +59,7 @@ def _default_prefix(fn: Callable[..., object]) -> object:
     return None if param is None or param.default is inspect.Parameter.empty else param.default
 
 
-_HOW = (
+_HOW = N_(
     "Remove the prefix once, and only from keys that start with it: str.replace removes it anywhere in a "
     "key, str.lstrip / str.strip remove characters rather than a prefix, and in a regular expression the "
     "prefix needs re.escape (a '.' matches any character)"
@@ -77,31 +78,42 @@ def _key_hint(given: OrderedDict, out: dict, want: list[str], prefix: str, named
     # (A prefix of several parts is checked after '_orig_mod.', which a hard-coded answer does not pass.)
     parts = prefix.count(".") > 1
     hard_coded = sorted(k.removeprefix("module.") for k in given)
-    argument = (". Use the prefix argument rather than a hard-coded 'module.'"
-                if named and prefix != "module." and not parts and sorted(got) == hard_coded else "")
+    hard_coded_used = named and prefix != "module." and not parts and sorted(got) == hard_coded
+
+    def argument(hint: str) -> str:
+        """``hint``, followed by the advice to use the argument where the answer ignores it."""
+        if not hard_coded_used:
+            return hint
+        return _("{hint}. Use the prefix argument rather than a hard-coded 'module.'").format(hint=hint)
+
     for i, ((before, value), expected) in enumerate(zip(given.items(), want, strict=True)):
         after = owner.get(id(value), got[i] if len(got) == len(given) else None)
         if after == expected:
             continue
         if after is None:
-            return (f"with prefix={prefix!r}, the key {before!r} is missing from the result (expected "
-                    f"{expected!r}): keep every key, and a key without the prefix stays as it is{argument}")
+            return argument(_("with prefix={prefix}, the key {key} is missing from the result (expected "
+                              "{expected}): keep every key, and a key without the prefix stays as it is").format(
+                                  prefix=repr(prefix), key=repr(before), expected=repr(expected)))
         if after == before:
-            several = (": a prefix can have several parts, so test key.startswith(prefix), not the key's first part"
-                       if parts else "")
-            return (f"with prefix={prefix!r}, the key {before!r} kept its prefix; expected "
-                    f"{expected!r}{several}{argument}")
+            return argument((_("with prefix={prefix}, the key {key} kept its prefix; expected {expected}: a prefix "
+                               "can have several parts, so test key.startswith(prefix), not the key's first part")
+                             if parts else
+                             _("with prefix={prefix}, the key {key} kept its prefix; expected {expected}")).format(
+                                 prefix=repr(prefix), key=repr(before), expected=repr(expected)))
         if parts and not before.startswith(prefix) and after == before.split(".", 1)[1]:
-            return (f"with prefix={prefix!r}, the key {before!r} became {after!r}; expected {expected!r}: it "
-                    "starts with the prefix's first part only, so it does not start with the prefix and stays as "
-                    "it is. Remove the prefix only from keys that start with all of it")
+            return argument(_("with prefix={prefix}, the key {key} became {after}; expected {expected}: it "
+                              "starts with the prefix's first part only, so it does not start with the prefix and "
+                              "stays as it is. Remove the prefix only from keys that start with all of it").format(
+                                  prefix=repr(prefix), key=repr(before), after=repr(after), expected=repr(expected)))
         if parts and before.startswith(prefix) and after == before.split(".", 1)[1]:
-            return (f"with prefix={prefix!r}, the key {before!r} became {after!r}; expected {expected!r}: a "
-                    "prefix can have several parts, so remove all of it (len(prefix) characters), not the text "
-                    "up to the first '.'")
-        return (f"with prefix={prefix!r}, the key {before!r} became {after!r}; expected {expected!r}. "
-                f"{_HOW}{argument}")
-    return f"with prefix={prefix!r}, expected exactly the keys {want}; got {got}{argument}"
+            return argument(_("with prefix={prefix}, the key {key} became {after}; expected {expected}: a "
+                              "prefix can have several parts, so remove all of it (len(prefix) characters), not the "
+                              "text up to the first '.'").format(
+                                  prefix=repr(prefix), key=repr(before), after=repr(after), expected=repr(expected)))
+        return argument(_("with prefix={prefix}, the key {key} became {after}; expected {expected}. {how}").format(
+            prefix=repr(prefix), key=repr(before), after=repr(after), expected=repr(expected), how=_(_HOW)))
+    return argument(_("with prefix={prefix}, expected exactly the keys {keys}; got {actual}").format(
+        prefix=repr(prefix), keys=want, actual=got))
 
 
 def _judge_keys(fn: Callable[..., object], given: OrderedDict, prefix: str | None, what: str) -> None:
@@ -110,46 +122,49 @@ def _judge_keys(fn: Callable[..., object], given: OrderedDict, prefix: str | Non
     keys, values = list(given), list(given.values())
     meta = getattr(given, "_metadata", None)
     meta_before = None if meta is None else [(k, dict(v)) for k, v in meta.items()]
-    with learner_code(what, "strip_prefix(state_dict, prefix='module.') takes a dict of name -> tensor and "
-                            "returns a new one"):
+    with learner_code(what, _("strip_prefix(state_dict, prefix='module.') takes a dict of name -> tensor and "
+                              "returns a new one")):
         out = fn(given) if prefix is None else fn(given, prefix=prefix)
-    expect(isinstance(out, dict), f"return a dict (an OrderedDict is fine); got {type(out).__name__}")
+    expect(isinstance(out, dict), _("return a dict (an OrderedDict is fine); got {type}").format(
+        type=type(out).__name__))
     expect(
         list(given) == keys and all(a is b for a, b in zip(given.values(), values, strict=True)),
-        "do not modify the state dict you were given: build a new one (a caller may still need the original)",
+        _("do not modify the state dict you were given: build a new one (a caller may still need the original)"),
     )
     expect(
         getattr(given, "_metadata", None) is meta and (meta is None or list(meta.items()) == meta_before),
-        "do not modify the state dict you were given, nor its _metadata (the submodules' versions, which "
-        "load_state_dict reads): copy.copy(state_dict) shares _metadata with the original, and "
-        "consume_prefix_in_state_dict_if_present renames its entries in place. Build a new dict, e.g. "
-        "OrderedDict(state_dict) or a dict comprehension",
+        _("do not modify the state dict you were given, nor its _metadata (the submodules' versions, which "
+          "load_state_dict reads): copy.copy(state_dict) shares _metadata with the original, and "
+          "consume_prefix_in_state_dict_if_present renames its entries in place. Build a new dict, e.g. "
+          "OrderedDict(state_dict) or a dict comprehension"),
     )
     expect(
         out is not given,
-        "return a new dict, also when no key starts with the prefix: the dict you were given, handed back, is "
-        "shared with the caller, so a change to either shows in the other",
+        _("return a new dict, also when no key starts with the prefix: the dict you were given, handed back, is "
+          "shared with the caller, so a change to either shows in the other"),
     )
     want = [k[len(p):] if k.startswith(p) else k for k in keys]
     if set(out) != set(want):  # the order of the keys does not matter to load_state_dict
         prefixed = [k for k in keys if k.startswith(p)]
         expect(
             not (set(out) == set(keys) and prefixed and not keys[0].startswith(p)),
-            f"with prefix={p!r}, no key lost the prefix, although {len(prefixed)} of them start with it "
-            f"({prefixed[0]!r}, ...); the first key, {keys[0]!r}, does not. Whether a key loses the prefix "
-            "depends on that key alone: test key.startswith(prefix) for every key, not for the first one",
+            _("with prefix={prefix}, no key lost the prefix, although {count} of them start with it "
+              "({key}, ...); the first key, {first}, does not. Whether a key loses the prefix "
+              "depends on that key alone: test key.startswith(prefix) for every key, not for the first one").format(
+                  prefix=repr(p), count=len(prefixed), key=repr(prefixed[0]), first=repr(keys[0])),
         )
         default = _default_prefix(fn) if prefix is None else None
         expect(
             not isinstance(default, str) or default == p,
-            f"strip_prefix(state_dict), called without a prefix, must strip {p!r}; your default is prefix="
-            f"{default!r}. Give the parameter the default the task names, prefix={p!r}",
+            _("strip_prefix(state_dict), called without a prefix, must strip {prefix}; your default is prefix="
+              "{default}. Give the parameter the default the task names, prefix={prefix}").format(
+                  prefix=repr(p), default=repr(default)),
         )
         expect(False, _key_hint(given, out, want, p, named=prefix is not None))
     expect(
         all(out[w] is v for w, v in zip(want, values, strict=True)),
-        "keep the same tensors as values, not copies: only the names change, and a copy doubles the memory "
-        "a large state dict takes",
+        _("keep the same tensors as values, not copies: only the names change, and a copy doubles the memory "
+          "a large state dict takes"),
     )
 
 
@@ -161,7 +176,7 @@ def check_strip_prefix(fn: Callable[..., dict]) -> None:
     # What nn.DataParallel / DistributedDataParallel(model).state_dict() holds: every key under "module.",
     # and _metadata, which must not change either.
     wrapped = _DataParallelLike().state_dict()
-    _judge_keys(fn, wrapped, None, "calling strip_prefix(state_dict) on a DataParallel state dict")
+    _judge_keys(fn, wrapped, None, _("calling strip_prefix(state_dict) on a DataParallel state dict"))
 
     t = [torch.full((1,), float(i)) for i in range(5)]
     mixed = OrderedDict([
@@ -171,23 +186,23 @@ def check_strip_prefix(fn: Callable[..., dict]) -> None:
         ("module.module.w", t[3]),  # a child that is itself called `module`: strip once
         ("head", t[4]),
     ])
-    _judge_keys(fn, mixed, "module.", "calling strip_prefix(state_dict, prefix='module.') on mixed keys")
+    _judge_keys(fn, mixed, "module.", _("calling strip_prefix(state_dict, prefix='module.') on mixed keys"))
 
     # The first key without the prefix, later ones with it: the verdict must not hang on the keys' order.
     head_first = OrderedDict([("head", t[4]), ("module.a", t[0]), ("module.encoder.weight", t[1])])
-    _judge_keys(fn, head_first, "module.", "calling strip_prefix(state_dict, prefix='module.') on keys whose "
-                                           "first one has no prefix")
+    _judge_keys(fn, head_first, "module.", _("calling strip_prefix(state_dict, prefix='module.') on keys whose "
+                                             "first one has no prefix"))
 
     compiled = OrderedDict([("_orig_mod.encoder.weight", t[0]), ("_orig_mod.steps", t[1]), ("module.x", t[2])])
-    _judge_keys(fn, compiled, "_orig_mod.", "calling strip_prefix(state_dict, prefix='_orig_mod.')")
+    _judge_keys(fn, compiled, "_orig_mod.", _("calling strip_prefix(state_dict, prefix='_orig_mod.')"))
 
     # A prefix of two parts, and a key that shares only its first part.
     nested = OrderedDict([("backbone.body.conv.weight", t[0]), ("backbone.head.bias", t[1])])
-    _judge_keys(fn, nested, "backbone.body.", "calling strip_prefix(state_dict, prefix='backbone.body.')")
+    _judge_keys(fn, nested, "backbone.body.", _("calling strip_prefix(state_dict, prefix='backbone.body.')"))
 
     # Nothing to strip: the result is still a new dict, with the same keys and tensors.
     plain = OrderedDict([("encoder.weight", t[0]), ("head", t[4])])
-    _judge_keys(fn, plain, None, "calling strip_prefix(state_dict) on a state dict without the prefix")
+    _judge_keys(fn, plain, None, _("calling strip_prefix(state_dict) on a state dict without the prefix"))
 
 
 # ---------------------------------------------------------------- Exercise 2
@@ -196,7 +211,7 @@ def check_strip_prefix(fn: Callable[..., dict]) -> None:
 def _train(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, steps: int) -> None:
     """Mini-batch steps whose batch order and dropout masks come from torch's global generator."""
     model.train()
-    for _ in range(steps):
+    for _step in range(steps):
         batch = torch.randperm(len(x))[:8]
         loss = nn.functional.mse_loss(model(x[batch]), y[batch])
         optimizer.zero_grad()
@@ -269,37 +284,37 @@ def _same(a: object, b: object) -> bool:
         return False
 
 
-_SAVE_HINT = "save(path, model, optimizer, step) writes the checkpoint to path and returns nothing in particular"
-_LOAD_HINT = "load(path, model, optimizer) restores into the model and optimizer it is given and returns the step"
+_SAVE_HINT = N_("save(path, model, optimizer, step) writes the checkpoint to path and returns nothing in particular")
+_LOAD_HINT = N_("load(path, model, optimizer) restores into the model and optimizer it is given and returns the step")
 
 # Each part of the state, as it reads in a hint, and what to do when it does not come back.
 _NOT_RESTORED = {
     "parameters": (
-        "the model's weights",
-        "after load the model must hold the saved weights: model.load_state_dict(checkpoint[...]) into the model "
-        "you are given (with strict=True, so that a wrong key cannot pass silently)",
+        N_("the model's weights"),
+        N_("after load the model must hold the saved weights: model.load_state_dict(checkpoint[...]) into the model "
+           "you are given (with strict=True, so that a wrong key cannot pass silently)"),
     ),
     "buffers": (
-        "the model's buffers",
-        "after load the model's buffers (here batch norm's running mean and variance) must hold the saved values "
-        "too: save model.state_dict(), which holds the buffers as well as the parameters, and load it with "
-        "model.load_state_dict(...)",
+        N_("the model's buffers"),
+        N_("after load the model's buffers (here batch norm's running mean and variance) must hold the saved values "
+           "too: save model.state_dict(), which holds the buffers as well as the parameters, and load it with "
+           "model.load_state_dict(...)"),
     ),
     "optimizer state": (
-        "the optimizer's state",
-        "the optimizer's state (Adam's step counts and moving averages) is not restored: save "
-        "optimizer.state_dict() and load it with optimizer.load_state_dict(...) into the optimizer you are given",
+        N_("the optimizer's state"),
+        N_("the optimizer's state (Adam's step counts and moving averages) is not restored: save "
+           "optimizer.state_dict() and load it with optimizer.load_state_dict(...) into the optimizer you are given"),
     ),
     "optimizer settings": (
-        "the optimizer's settings",
-        "the optimizer's settings (its param_groups: the learning rate, the betas, ...) are not restored{observed}: "
-        "save the whole optimizer.state_dict(), which holds 'param_groups' as well as 'state', and load it with "
-        "optimizer.load_state_dict(...)",
+        N_("the optimizer's settings"),
+        N_("the optimizer's settings (its param_groups: the learning rate, the betas, ...) are not restored: "
+           "save the whole optimizer.state_dict(), which holds 'param_groups' as well as 'state', and load it with "
+           "optimizer.load_state_dict(...)"),
     ),
     "rng": (
-        "torch's random state",
-        "torch's random state is not restored, so the batch order and the dropout masks after resuming "
-        "differ: save torch.get_rng_state() and restore it with torch.set_rng_state(...)",
+        N_("torch's random state"),
+        N_("torch's random state is not restored, so the batch order and the dropout masks after resuming "
+           "differ: save torch.get_rng_state() and restore it with torch.set_rng_state(...)"),
     ),
 }
 
@@ -310,29 +325,30 @@ def _expect_restored(step: object, want_step: int, model: nn.Module, optimizer: 
     (in a variable of the learner's program) would give instead."""
     expect(
         not isinstance(step, torch.Tensor) or step.numel() != 1 or step.item() != want_step,
-        f"load must return the step that save was given, the int {want_step}, not a tensor holding it "
-        f"(got {step!r}): store the int itself in the checkpoint (torch.load with weights_only=True reads ints), "
-        "or return .item()",
+        _("load must return the step that save was given, the int {step}, not a tensor holding it "
+          "(got {value}): store the int itself in the checkpoint (torch.load with weights_only=True reads ints), "
+          "or return .item()").format(step=want_step, value=repr(step)),
     )
     expect(
         type(step) is int or not isinstance(step, numbers.Real) or step != want_step,
-        f"load must return the step as the int that save was given, {want_step}, not the "
-        f"{type(step).__name__} {step!r}: store step itself in the checkpoint (not float(step)), or return int(...)",
+        _("load must return the step as the int that save was given, {step}, not the "
+          "{type} {value}: store step itself in the checkpoint (not float(step)), or return int(...)").format(
+              step=want_step, type=type(step).__name__, value=repr(step)),
     )
     if later is not None:
         expect(
             not (type(step) is int and step == later[0]),
-            f"load returned {step}, the step of a later save, for the file saved as step {want_step}: store the "
-            "step in the checkpoint file itself, not in a variable of your program (a new process starts "
-            "without it), so that each file gives back its own",
+            _("load returned {value}, the step of a later save, for the file saved as step {step}: store the "
+              "step in the checkpoint file itself, not in a variable of your program (a new process starts "
+              "without it), so that each file gives back its own").format(value=step, step=want_step),
         )
     expect(
         type(step) is int and step == want_step,
-        f"load must return the step that save was given, stored in the checkpoint ({want_step} for this one), "
-        f"not a constant or Adam's own step count; got {step!r}",
+        _("load must return the step that save was given, stored in the checkpoint ({step} for this one), "
+          "not a constant or Adam's own step count; got {value}").format(step=want_step, value=repr(step)),
     )
-    with learner_code("reading model.state_dict() and optimizer.state_dict() after load",
-                      "restore the model and the optimizer with their own load_state_dict methods"):
+    with learner_code(_("reading model.state_dict() and optimizer.state_dict() after load"),
+                      _("restore the model and the optimizer with their own load_state_dict methods")):
         now = _snapshot(model, optimizer)
     for part, (name, hint) in _NOT_RESTORED.items():
         if _same(now[part], saved[part]):
@@ -340,53 +356,58 @@ def _expect_restored(step: object, want_step: int, model: nn.Module, optimizer: 
         if later is not None:
             expect(
                 not _same(now[part], later[1][part]),
-                f"after loading the file saved as step {want_step}, {name} came from a later save (step "
-                f"{later[0]}), not from this file: store it in the checkpoint file itself, not in a variable of "
-                "your program (a new process starts without it)",
+                _("after loading the file saved as step {step}, {what} came from a later save (step "
+                  "{later_step}), not from this file: store it in the checkpoint file itself, not in a variable of "
+                  "your program (a new process starts without it)").format(
+                      step=want_step, what=_(name), later_step=later[0]),
             )
-        if part == "optimizer settings":
-            hint = hint.format(observed=_lr_observed(now[part], saved[part]))
-        expect(False, hint)
+        observed = _lr_observed(now[part], saved[part]) if part == "optimizer settings" else None
+        if observed is not None:
+            expect(False, _("the optimizer's settings (its param_groups: the learning rate, the betas, ...) are not "
+                            "restored: after load the learning rate is {lr}, the saved one {saved_lr}: save the "
+                            "whole optimizer.state_dict(), which holds 'param_groups' as well as 'state', and load "
+                            "it with optimizer.load_state_dict(...)").format(lr=observed[0], saved_lr=observed[1]))
+        expect(False, _(hint))
 
 
-def _lr_observed(now: object, saved: object) -> str:
-    """``": after load the learning rate is 0.01, the saved one 0.02"``, where both can be read and differ."""
+def _lr_observed(now: object, saved: object) -> tuple[str, str] | None:
+    """The learning rates after load and saved (their reprs), where both can be read and differ; else None."""
     try:
         got, want = now[0]["lr"], saved[0]["lr"]  # type: ignore[index]
     except (TypeError, KeyError, IndexError):
-        return ""
+        return None
     if got == want:
-        return ""
-    return f": after load the learning rate is {got!r}, the saved one {want!r}"
+        return None
+    return repr(got), repr(want)
 
 
 def _expect_readable(path: Path) -> None:
     """The file at ``path`` exists and loads with ``weights_only=True``; else a hint on how it was written."""
-    expect(path.is_file(), "save(path, model, optimizer, step) must write the file at path")
+    expect(path.is_file(), _("save(path, model, optimizer, step) must write the file at path"))
     try:
         torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
         expect(other_format(path) != "safetensors",
-               "the file is a safetensors file, which holds named tensors only: not the optimizer's state "
-               "with its settings, the step or the random state. Write one dict of them all with torch.save "
-               "(or save_checkpoint)")
+               _("the file is a safetensors file, which holds named tensors only: not the optimizer's state "
+                 "with its settings, the step or the random state. Write one dict of them all with torch.save "
+                 "(or save_checkpoint)"))
         try:
             unsafe = sorted(name for name in torch.serialization.get_unsafe_globals_in_checkpoint(path)
                             if name.startswith("numpy"))
         except Exception:  # a file torch.save did not write, or the legacy format
             unsafe = ["numpy"] if "numpy" in str(err) else []
         expect(not unsafe,
-               f"the checkpoint must load with torch.load(path, weights_only=True), and it holds numpy objects "
-               f"({', '.join(unsafe)}), which that refuses: store the step as a Python int (int(step), not "
-               "np.int64) and tensors rather than arrays. Only torch's random state is needed: the check draws "
-               "from torch's generator alone")
+               _("the checkpoint must load with torch.load(path, weights_only=True), and it holds numpy objects "
+                 "({names}), which that refuses: store the step as a Python int (int(step), not "
+                 "np.int64) and tensors rather than arrays. Only torch's random state is needed: the check draws "
+                 "from torch's generator alone").format(names=", ".join(unsafe)))
         expect(not isinstance(err, pickle.UnpicklingError),
-               "the checkpoint must load with torch.load(path, weights_only=True), and it holds a pickled "
-               "object (torch.save(model) or torch.save(optimizer) pickle whole objects): store state dicts, "
-               "tensors and numbers")
+               _("the checkpoint must load with torch.load(path, weights_only=True), and it holds a pickled "
+                 "object (torch.save(model) or torch.save(optimizer) pickle whole objects): store state dicts, "
+                 "tensors and numbers"))
         # a file torch.load cannot read at all means the same to a learner
-        expect(False, f"torch.load(path, weights_only=True) cannot read the file ({type(err).__name__}): "
-                      "write it with torch.save (or save_checkpoint)")
+        expect(False, _("torch.load(path, weights_only=True) cannot read the file ({error}): "
+                        "write it with torch.save (or save_checkpoint)").format(error=type(err).__name__))
 
 
 @exercise("Exercise 2 · A checkpoint that resumes exactly")
@@ -416,7 +437,7 @@ def check_resume(save: Callable[..., object], load: Callable[..., int]) -> None:
         opt = torch.optim.Adam(first.parameters(), lr=_LR)
         _train(first, opt, x, y, 3)
         at_3 = _snapshot(first, opt)
-        with learner_code("calling save_training_state(path, model, optimizer, 3)", _SAVE_HINT):
+        with learner_code(_("calling save_training_state(path, model, optimizer, 3)"), _(_SAVE_HINT)):
             save(path, first, opt, 3)
         _expect_readable(path)
 
@@ -424,19 +445,19 @@ def check_resume(save: Callable[..., object], load: Callable[..., int]) -> None:
         resumed = _model()
         opt2 = torch.optim.Adam(resumed.parameters(), lr=_OTHER_LR)
         params = list(resumed.parameters())
-        with learner_code("calling load_training_state(path, model, optimizer) on that file", _LOAD_HINT):
+        with learner_code(_("calling load_training_state(path, model, optimizer) on that file"), _(_LOAD_HINT)):
             step = load(path, resumed, opt2)
         _expect_restored(step, 3, resumed, opt2, at_3)
         expect(
             all(a is b for a, b in zip(resumed.parameters(), params, strict=True)),
-            "load replaced the model's Parameters with new tensors (load_state_dict(..., assign=True) does "
-            "that), so the optimizer you were given still holds the old ones and would train those instead: load "
-            "without assign=True, which copies the saved values into the Parameters the optimizer holds",
+            _("load replaced the model's Parameters with new tensors (load_state_dict(..., assign=True) does "
+              "that), so the optimizer you were given still holds the old ones and would train those instead: load "
+              "without assign=True, which copies the saved values into the Parameters the optimizer holds"),
         )
         _train(resumed, opt2, x, y, 3)
         expect(
             all(torch.equal(a, b) for a, b in zip(resumed.parameters(), straight.parameters(), strict=True)),
-            "after 3 + 3 steps the weights differ from 6 uninterrupted steps",
+            _("after 3 + 3 steps the weights differ from 6 uninterrupted steps"),
         )
 
         # Two more steps at a lower learning rate (as a scheduler sets it), then a checkpoint as a GPU server
@@ -446,7 +467,7 @@ def check_resume(save: Callable[..., object], load: Callable[..., int]) -> None:
         _train(first, opt, x, y, 2)
         at_5 = _snapshot(first, opt)
         written = Path(folder) / "written.pt"
-        with learner_code("calling save_training_state(path, model, optimizer, 500)", _SAVE_HINT):
+        with learner_code(_("calling save_training_state(path, model, optimizer, 500)"), _(_SAVE_HINT)):
             save(written, first, opt, 500)  # the caller's step, which need not be Adam's count (5)
         _expect_readable(written)
         gpu = _absent_gpu()
@@ -458,18 +479,20 @@ def check_resume(save: Callable[..., object], load: Callable[..., int]) -> None:
         fresh = _model()
         opt3 = torch.optim.Adam(fresh.parameters(), lr=_OTHER_LR)
         with learner_code(
-            f"calling load_training_state on a checkpoint written on {gpu}, a GPU this machine does not have",
-            "torch.load puts every tensor back on the device it was saved from unless told otherwise: "
-            "load with map_location='cpu' (load_state_dict then copies the weights to the model's device, and "
-            "the optimizer moves its state to its parameters' device)",
+            _("calling load_training_state on a checkpoint written on {device}, a GPU this machine does not "
+              "have").format(device=gpu),
+            _("torch.load puts every tensor back on the device it was saved from unless told otherwise: "
+              "load with map_location='cpu' (load_state_dict then copies the weights to the model's device, and "
+              "the optimizer moves its state to its parameters' device)"),
         ):
             try:
                 step = load(from_gpu, fresh, opt3)
             except FileNotFoundError:
                 expect(not beside,
-                       f"load raised FileNotFoundError on a copy of the checkpoint file: save also wrote {beside} "
-                       "next to path, and a copy of the file at path does not bring those along. Write everything "
-                       "(model, optimizer, step, random state) into the one file at path, as one dict")
+                       _("load raised FileNotFoundError on a copy of the checkpoint file: save also wrote {names} "
+                         "next to path, and a copy of the file at path does not bring those along. Write everything "
+                         "(model, optimizer, step, random state) into the one file at path, as one dict").format(
+                             names=beside))
                 raise
         _expect_restored(step, 500, fresh, opt3, at_5)
 
@@ -477,7 +500,7 @@ def check_resume(save: Callable[..., object], load: Callable[..., int]) -> None:
         torch.manual_seed(99)
         again = _model()
         opt4 = torch.optim.Adam(again.parameters(), lr=_OTHER_LR)
-        with learner_code("calling load_training_state on the file saved as step 3, again after the one saved "
-                          "as step 500", _LOAD_HINT):
+        with learner_code(_("calling load_training_state on the file saved as step 3, again after the one saved "
+                            "as step 500"), _(_LOAD_HINT)):
             step = load(path, again, opt4)
         _expect_restored(step, 3, again, opt4, at_3, later=(500, at_5))

@@ -42,33 +42,34 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from utils.checks import ExerciseFailed, default_device_elsewhere, exercise, expect, learner_code, same_device
+from utils.i18n import N_, _
 
 __all__ = ["check_count_tokens", "check_one_hot", "check_segment_mean", "check_select_scores"]
 
 #: The ways to write with an index that the one-hot task accepts as "built with scatter".
 SCATTERS = frozenset({"scatter", "scatter_", "scatter_add", "scatter_add_", "scatter_reduce", "scatter_reduce_"})
 
-ON_META = "your function on inputs on the meta device (a stand-in for a GPU: shapes and devices, no data)"
-WITH_META_DEFAULT = (
-    "your function with the default device set to meta (a stand-in for inputs on a GPU while new tensors "
+ON_META = N_("calling your function on inputs on the meta device (a stand-in for a GPU: shapes and devices, no data)")
+WITH_META_DEFAULT = N_(
+    "calling your function with the default device set to meta (a stand-in for inputs on a GPU while new tensors "
     "default to the CPU)"
 )
 
 
 def _device_hint(name: str) -> str:
-    return (
-        f"create every new tensor on {name}.device: torch.zeros(..., device={name}.device), "
-        f"{name}.new_zeros(...) or torch.zeros_like({name}). A bare torch.zeros(...) or torch.arange(...) "
+    return _(
+        "create every new tensor on {name}.device: torch.zeros(..., device={name}.device), "
+        "{name}.new_zeros(...) or torch.zeros_like({name}). A bare torch.zeros(...) or torch.arange(...) "
         "lands on the default device (the CPU), not where the data is"
-    )
+    ).format(name=name)
 
 
 def _host_hint(name: str) -> str:
-    return (
-        f"keep the work on {name}.device: .cpu() and .numpy() copy the data to the CPU, which on a GPU waits for "
-        f"all its queued work and sends the data over and back (a result built from the copy, torch.from_numpy "
-        f"too, stays on the CPU unless moved). Also " + _device_hint(name)
-    )
+    return _(
+        "keep the work on {name}.device: .cpu() and .numpy() copy the data to the CPU, which on a GPU waits for "
+        "all its queued work and sends the data over and back (a result built from the copy, torch.from_numpy "
+        "too, stays on the CPU unless moved). Also {advice}"
+    ).format(name=name, advice=_device_hint(name))
 
 
 _NOT_RUN = object()
@@ -146,19 +147,20 @@ def _shape(out: object) -> str:
 
 
 def _expect_tensor(out: object) -> None:
-    expect(isinstance(out, torch.Tensor), f"return a tensor, got {type(out).__name__}")
+    expect(isinstance(out, torch.Tensor), _("return a tensor, got {type}").format(type=type(out).__name__))
 
 
 def _expect_untouched(name: str, now: torch.Tensor, before: torch.Tensor) -> None:
     expect(
         now.shape == before.shape and torch.equal(now, before),
-        f"do not modify {name} in place (it is the caller's tensor): use out-of-place forms "
-        f"({name}.unsqueeze(1), not {name}.unsqueeze_(1); {name} + k, not {name} += k)",
+        _("do not modify {name} in place (it is the caller's tensor): use out-of-place forms "
+          "({name}.unsqueeze(1), not {name}.unsqueeze_(1); {name} + k, not {name} += k)").format(name=name),
     )
     expect(
         now.requires_grad == before.requires_grad,
-        f"do not call {name}.requires_grad_(): it changes the caller's tensor, whose every later use autograd "
-        f"then records. The result requires grad by itself whenever {name} does, as it is computed from {name}",
+        _("do not call {name}.requires_grad_(): it changes the caller's tensor, whose every later use autograd "
+          "then records. The result requires grad by itself whenever {name} does, as it is computed from {name}"
+          ).format(name=name),
     )
 
 
@@ -170,11 +172,13 @@ _LEAF_IN_PLACE = "a leaf Variable that requires grad is being used in an in-plac
 
 
 def _leaf_hint(make: str, source: str | None = None) -> str:
-    hint = ("the output was made with requires_grad=True, and autograd refuses in-place writes (scatter_, "
-            f"index_add_, out[i] = ...) into such a tensor: create it without requires_grad ({make})")
     if source:
-        hint += f". The result requires grad by itself whenever {source} does, as it is computed from {source}"
-    return hint
+        return _("the output was made with requires_grad=True, and autograd refuses in-place writes (scatter_, "
+                 "index_add_, out[i] = ...) into such a tensor: create it without requires_grad ({make}). The result "
+                 "requires grad by itself whenever {source} does, as it is computed from {source}").format(
+                     make=make, source=source)
+    return _("the output was made with requires_grad=True, and autograd refuses in-place writes (scatter_, "
+             "index_add_, out[i] = ...) into such a tensor: create it without requires_grad ({make})").format(make=make)
 
 
 #: Out-of-place forms of the writes with an index: each returns a new tensor and leaves its ``self`` unchanged.
@@ -188,21 +192,23 @@ _MINUS_ONE = "index -1 is out of bounds"
 _INDEX_NDIM = "must have the same number of dimensions as"
 _INDEX_DTYPE = "Expected dtype int32/int64 for index"
 #: The cause given for an error that no known piece of a message explains: what was observed is the error itself.
-_UNKNOWN_ERROR = "unknown: the check does not recognize this error (PyTorch's message above says what it refused)"
+_UNKNOWN_ERROR = N_("unknown: the check does not recognize this error (PyTorch's message above says what it refused)")
 
 
 def _expanded_hint(make: str) -> str:
-    return ("the tensor written into is an expanded view: expand() repeats its rows without copying them (stride 0), "
-            "so several of its elements are one memory location, and PyTorch refuses in-place writes into it. "
-            f"Create it at full size ({make}), or call .clone() on the expanded tensor before writing into it")
+    return _("the tensor written into is an expanded view: expand() repeats its rows without copying them (stride 0), "
+             "so several of its elements are one memory location, and PyTorch refuses in-place writes into it. "
+             "Create it at full size ({make}), or call .clone() on the expanded tensor before writing into it"
+             ).format(make=make)
 
 
 def _index_causes(ids: str, make: str) -> dict[str, str]:
     """Causes of errors that the writes with an index raise, whatever the exercise (see :func:`learner_code`)."""
     return {
         _EXPANDED_WRITE: _expanded_hint(make),
-        _MINUS_ONE: f"an index held -1: {ids} are zero-based already (0 up to the size - 1), so use them as they "
-                    "are. Subtracting 1 turns 0 into -1, which gather, scatter and index_add_ refuse",
+        _MINUS_ONE: _("an index held -1: {ids} are zero-based already (0 up to the size - 1), so use them as they "
+                      "are. Subtracting 1 turns 0 into -1, which gather, scatter and index_add_ refuse"
+                      ).format(ids=ids),
     }
 
 
@@ -212,9 +218,10 @@ def _expect_not_expanded(out: torch.Tensor, make: str) -> None:
     shared = [d for d in range(out.dim()) if out.stride(d) == 0 and out.shape[d] > 1]
     expect(
         not shared,
-        f"the result is an expanded view (stride 0 along dim {shared[0] if shared else 0}): all its rows are one "
-        "memory location, so every write landed in each of them. expand() does not copy; create the output at "
-        f"full size ({make}), or call .clone() on the expanded tensor before writing into it",
+        _("the result is an expanded view (stride 0 along dim {dim}): all its rows are one "
+          "memory location, so every write landed in each of them. expand() does not copy; create the output at "
+          "full size ({make}), or call .clone() on the expanded tensor before writing into it").format(
+              dim=shared[0] if shared else 0, make=make),
     )
 
 
@@ -223,11 +230,12 @@ def _expect_written(out: torch.Tensor, calls: set[str]) -> None:
     dropped = sorted(calls & _OUT_OF_PLACE_WRITES)
     expect(
         bool(out.detach().any()),
-        f"the result is all zeros, as if nothing had been written into it, and your function called {dropped[0]}() "
-        "(no trailing underscore), which returns a new tensor and leaves the one it is called on unchanged: keep "
-        f"what it returns (out = out.{dropped[0]}(...)) or call {dropped[0]}_(...), which writes in place"
+        _("the result is all zeros, as if nothing had been written into it, and your function called {function}() "
+          "(no trailing underscore), which returns a new tensor and leaves the one it is called on unchanged: keep "
+          "what it returns (out = out.{function}(...)) or call {function}_(...), which writes in place").format(
+              function=dropped[0])
         if dropped else
-        "the result is all zeros, as if nothing had been written into it; the check cannot tell why",
+        _("the result is all zeros, as if nothing had been written into it; the check cannot tell why"),
     )
 
 
@@ -236,14 +244,16 @@ def _first_difference(out: torch.Tensor, want: torch.Tensor) -> str:
     got = out.detach().to(want.dtype)
     differ = (~torch.isclose(got, want)).nonzero()
     if not len(differ):
-        return "out is close to what is expected everywhere"
+        return _("out is close to what is expected everywhere")
     where = tuple(int(i) for i in differ[0])
     spot = ", ".join(map(str, where))
-    return f"out[{spot}] is {got[where].item():.4g} where {want[where].item():.4g} is expected"
+    return _("out[{index}] is {value} where {expected} is expected").format(
+        index=spot, value=f"{got[where].item():.4g}", expected=f"{want[where].item():.4g}")
 
 
 def _unknown(task: str, out: torch.Tensor, want: torch.Tensor) -> str:
-    return f"{task}; {_first_difference(out, want)}. The check does not recognize the cause of this difference"
+    return _("{task}; {difference}. The check does not recognize the cause of this difference").format(
+        task=task, difference=_first_difference(out, want))
 
 
 def _expect_same_without_default_device(name: str, out: torch.Tensor, under_meta: object) -> None:
@@ -254,8 +264,8 @@ def _expect_same_without_default_device(name: str, out: torch.Tensor, under_meta
         and under_meta.shape == out.shape
         and under_meta.dtype == out.dtype
         and torch.equal(under_meta, out),
-        "with the default device set to meta the result changed, so a tensor in your function was made on "
-        f"the default device instead of {name}.device: " + _device_hint(name),
+        _("with the default device set to meta the result changed, so a tensor in your function was made on "
+          "the default device instead of {name}.device: {advice}").format(name=name, advice=_device_hint(name)),
     )
 
 
@@ -263,28 +273,28 @@ def _expect_on_input_device(name: str, fn: Callable, args: tuple, out: torch.Ten
     """``fn(*args)`` gave ``out`` on the CPU; its result must follow the inputs to another device (see the top)."""
     on_meta: object = _NOT_RUN
     meta_args = tuple(a.to("meta") if isinstance(a, torch.Tensor) else a for a in args)
-    with learner_code(f"calling {ON_META}", _device_hint(name)):
+    with learner_code(_(ON_META), _device_hint(name)):
         try:
             with _TolistNeedsData(), same_device(name, hint=_device_hint(name)):
                 on_meta = fn(*meta_args)
         except Exception as err:
             if _copied_to_host(err):
-                raise ExerciseFailed(f"your function copies data to the CPU ({type(err).__name__}: {err}): "
-                                     + _host_hint(name)) from None
+                raise ExerciseFailed(_("your function copies data to the CPU ({error}): {advice}").format(
+                    error=f"{type(err).__name__}: {err}", advice=_host_hint(name))) from None
             if not (isinstance(err, _NeedsData) or _meta_cannot_run(err)):
                 raise
             on_meta = _NOT_RUN              # no meta kernel, or the code needs the values: the default device
     if on_meta is not _NOT_RUN:
         expect(
             isinstance(on_meta, torch.Tensor) and on_meta.is_meta and on_meta.shape == out.shape,
-            f"with {name} on the meta device the result must be on the meta device too, of shape "
-            f"{tuple(out.shape)}; it is "
-            + (f"on {on_meta.device}, of shape {tuple(on_meta.shape)}" if isinstance(on_meta, torch.Tensor)
-               else type(on_meta).__name__)
-            + ": " + _host_hint(name),
+            _("with {name} on the meta device the result must be on the meta device too, of shape "
+              "{shape}; it is {found}: {advice}").format(
+                name=name, shape=tuple(out.shape), advice=_host_hint(name),
+                found=(_("on {device}, of shape {shape}").format(device=on_meta.device, shape=tuple(on_meta.shape))
+                       if isinstance(on_meta, torch.Tensor) else type(on_meta).__name__)),
         )
         return
-    with learner_code(f"calling {WITH_META_DEFAULT}", _device_hint(name)):
+    with learner_code(_(WITH_META_DEFAULT), _device_hint(name)):
         try:
             with (default_device_elsewhere("meta"), _Calls() as calls,
                   same_device(name, host="meta", hint=_device_hint(name))):
@@ -309,37 +319,38 @@ def check_one_hot(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
     # N > C, so scattering along dim 0 instead of dim 1 runs without an error.
     labels = torch.tensor([2, 0, 3, 1, 3, 0, 2])
     kept = labels.clone()
-    dtype_hint = (
+    dtype_hint = _(
         "the values written must have the output's dtype: torch.ones_like(labels) is int64 like the labels, "
         "and scatter_ refuses to write it into a float tensor. Write a number, .scatter_(1, index, 1.0), or "
         "ones of the output's dtype, torch.ones(N, 1, device=labels.device)"
     )
     with _Calls() as calls, learner_code(
-        "calling one_hot(labels, 4) on 7 labels",
-        _UNKNOWN_ERROR,
-        {_INDEX_NDIM: "the index needs as many dimensions as the output, (N, 1): labels.unsqueeze(1)",
-         _INDEX_DTYPE: "the index must hold integers (int64): .to(out) converts the dtype too, use "
-                       ".to(out.device) to move a tensor",
+        _("calling one_hot(labels, 4) on 7 labels"),
+        _(_UNKNOWN_ERROR),
+        {_INDEX_NDIM: _("the index needs as many dimensions as the output, (N, 1): labels.unsqueeze(1)"),
+         _INDEX_DTYPE: _("the index must hold integers (int64): .to(out) converts the dtype too, use "
+                         ".to(out.device) to move a tensor"),
          **dict.fromkeys(_DTYPE_MISMATCH, dtype_hint),
          _LEAF_IN_PLACE: _leaf_hint("torch.zeros(N, num_classes, device=labels.device)"),
-         **_index_causes("the labels", "torch.zeros(N, num_classes, device=labels.device)")},
+         **_index_causes(_("the labels"), "torch.zeros(N, num_classes, device=labels.device)")},
     ):
         out = fn(labels, 4)
     _expect_tensor(out)
     _expect_untouched("labels", labels, kept)
-    expect(out.shape == (7, 4), f"7 labels and 4 classes give shape (7, 4); got {_shape(out)}")
-    expect(out.is_floating_point(), f"return a float tensor (losses multiply it with floats); got {out.dtype}")
+    expect(out.shape == (7, 4), _("7 labels and 4 classes give shape (7, 4); got {shape}").format(shape=_shape(out)))
+    expect(out.is_floating_point(),
+           _("return a float tensor (losses multiply it with floats); got {dtype}").format(dtype=out.dtype))
     want = torch.nn.functional.one_hot(labels, 4).to(out.dtype)
     expect(
         not out.isnan().any(),
-        "start from torch.zeros, not torch.empty: scatter_ writes one position per row, and the others keep "
-        "whatever the new memory held (NaN here: the check fills new memory with NaN)",
+        _("start from torch.zeros, not torch.empty: scatter_ writes one position per row, and the others keep "
+          "whatever the new memory held (NaN here: the check fills new memory with NaN)"),
     )
     expect(
         torch.equal(out, want) or bool(out[1:].any()) or not out[0].bool().equal(want.bool().any(0)),
-        "only row 0 was written, with a 1 for every label: the index had shape (1, N) (labels.unsqueeze(0)). "
-        "Along dim=1, index[i][j] says which column of row i to write, so it needs one row per label, "
-        "shape (N, 1): labels.unsqueeze(1)",
+        _("only row 0 was written, with a 1 for every label: the index had shape (1, N) (labels.unsqueeze(0)). "
+          "Along dim=1, index[i][j] says which column of row i to write, so it needs one row per label, "
+          "shape (N, 1): labels.unsqueeze(1)"),
     )
     if not torch.equal(out, want):
         _expect_not_expanded(out, "torch.zeros(N, num_classes, device=labels.device)")
@@ -347,21 +358,21 @@ def check_one_hot(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
         along_rows = torch.zeros(7, 4).scatter_(0, labels.unsqueeze(1), 1.0).to(out.dtype)
         expect(
             not torch.equal(out, along_rows),
-            "the 1s are where a scatter along dim=0 puts them (column 0, row labels[i]); row i must hold a single 1, "
-            "in column labels[i]: scatter along dim=1 (zeros of shape (N, C), then "
-            ".scatter_(1, labels.unsqueeze(1), 1.0)), not along dim=0",
+            _("the 1s are where a scatter along dim=0 puts them (column 0, row labels[i]); row i must hold a single "
+              "1, in column labels[i]: scatter along dim=1 (zeros of shape (N, C), then "
+              ".scatter_(1, labels.unsqueeze(1), 1.0)), not along dim=0"),
         )
-        expect(False, _unknown("row i must hold a single 1, in column labels[i]", out, want))
+        expect(False, _unknown(_("row i must hold a single 1, in column labels[i]"), out, want))
     expect(
         bool(calls.names & SCATTERS),
-        "the values are right, but the task is to build it with scatter_ (or scatter): start from zeros "
-        "and write a 1 per row, instead of F.one_hot, torch.eye(C)[labels] or a comparison",
+        _("the values are right, but the task is to build it with scatter_ (or scatter): start from zeros "
+          "and write a 1 per row, instead of F.one_hot, torch.eye(C)[labels] or a comparison"),
     )
-    with learner_code("calling one_hot(tensor([1]), 5)", "use num_classes for the width"):
+    with learner_code(_("calling one_hot(tensor([1]), 5)"), _("use num_classes for the width")):
         wide = fn(torch.tensor([1]), 5)
     expect(
         isinstance(wide, torch.Tensor) and wide.shape == (1, 5) and wide.tolist() == [[0, 1, 0, 0, 0]],
-        "use num_classes for the width, not labels.max() + 1: one_hot(tensor([1]), 5) must be [[0, 1, 0, 0, 0]]",
+        _("use num_classes for the width, not labels.max() + 1: one_hot(tensor([1]), 5) must be [[0, 1, 0, 0, 0]]"),
     )
     _expect_on_input_device("labels", fn, (labels, 4), out)
 
@@ -381,25 +392,27 @@ def check_select_scores(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     leaf = scores.clone().requires_grad_()
     given = leaf * 1  # not a leaf, as a model's scores: editing it in place runs, and the check then names it
     with learner_code(
-        "calling select_scores(scores, labels) with scores (2, 5, 4) and labels (2, 5)",
-        _UNKNOWN_ERROR,
-        {_INDEX_NDIM: "gather's index needs as many dimensions as scores: labels.unsqueeze(-1), of shape (B, N, 1)",
-         _INDEX_DTYPE: "the index must hold integers: labels.to(scores) would turn them into floats, use "
-                       "labels.to(scores.device) to move them",
+        _("calling select_scores(scores, labels) with scores (2, 5, 4) and labels (2, 5)"),
+        _(_UNKNOWN_ERROR),
+        {_INDEX_NDIM: _("gather's index needs as many dimensions as scores: labels.unsqueeze(-1), of shape "
+                        "(B, N, 1)"),
+         _INDEX_DTYPE: _("the index must hold integers: labels.to(scores) would turn them into floats, use "
+                         "labels.to(scores.device) to move them"),
          _LEAF_IN_PLACE: _leaf_hint("scores.new_zeros(B, N)", "scores"),
-         **_index_causes("the labels", "scores.new_zeros(B, N)")},
+         **_index_causes(_("the labels"), "scores.new_zeros(B, N)")},
     ):
         out = fn(given, labels)
     _expect_tensor(out)
     _expect_untouched("labels", labels, kept_labels)
     _expect_untouched("scores", given.detach(), kept_scores)
-    expect(out.shape == (2, 5), f"scores (2, 5, 4) and labels (2, 5) give shape (2, 5); got {_shape(out)}")
+    expect(out.shape == (2, 5),
+           _("scores (2, 5, 4) and labels (2, 5) give shape (2, 5); got {shape}").format(shape=_shape(out)))
     want = torch.tensor([[scores[b, n, labels[b, n]].item() for n in range(5)] for b in range(2)])
     expect(
         out.is_floating_point(),
-        f"out[b, n] is a score, so the result holds floating-point numbers like scores; got {out.dtype}. "
-        "argmax gives the index of the best class, not the score of the labelled one: gather along dim=2 (or -1) "
-        "with labels.unsqueeze(-1)",
+        _("out[b, n] is a score, so the result holds floating-point numbers like scores; got {dtype}. "
+          "argmax gives the index of the best class, not the score of the labelled one: gather along dim=2 (or -1) "
+          "with labels.unsqueeze(-1)").format(dtype=out.dtype),
     )
     got = out.detach().to(want.dtype)
     if not torch.allclose(got, want):
@@ -412,73 +425,73 @@ def check_select_scores(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
         expect(
             not seen(at_labels(scores.softmax(-1))),
-            "out[b, n] holds softmax(scores)[b, n, labels[b, n]], a probability; the task asks for the score "
-            "itself, scores[b, n, labels[b, n]]: gather from scores, with no softmax first",
+            _("out[b, n] holds softmax(scores)[b, n, labels[b, n]], a probability; the task asks for the score "
+              "itself, scores[b, n, labels[b, n]]: gather from scores, with no softmax first"),
         )
         expect(
             not seen(at_labels(scores.log_softmax(-1))),
-            "out[b, n] holds log_softmax(scores)[b, n, labels[b, n]], a log-probability; the task asks for the "
-            "score itself, scores[b, n, labels[b, n]]: gather from scores as they are, with no log_softmax first",
+            _("out[b, n] holds log_softmax(scores)[b, n, labels[b, n]], a log-probability; the task asks for the "
+              "score itself, scores[b, n, labels[b, n]]: gather from scores as they are, with no log_softmax first"),
         )
         expect(
             not seen(at_labels(scores, (labels - 1) % 4)),
-            "out[b, n] is scores[b, n, labels[b, n] - 1] (and label 0 read the last class, as an index of -1 counts "
-            "from the end): the labels are zero-based already, so index with them as they are",
+            _("out[b, n] is scores[b, n, labels[b, n] - 1] (and label 0 read the last class, as an index of -1 "
+              "counts from the end): the labels are zero-based already, so index with them as they are"),
         )
         expect(
             not seen(scores.amax(-1)),
-            "out[b, n] is the largest score at position (b, n), a max over the classes, not the score of the "
-            "labelled class: gather along dim=2 (or -1) with labels.unsqueeze(-1)",
+            _("out[b, n] is the largest score at position (b, n), a max over the classes, not the score of the "
+              "labelled class: gather along dim=2 (or -1) with labels.unsqueeze(-1)"),
         )
         expect(
             not seen(scores.gather(1, labels.unsqueeze(-1)).squeeze(-1)),
-            "out[b, n] is scores[b, labels[b, n], 0]: the gather ran along dim=1 (positions) instead of the class "
-            "axis, the last one: gather along dim=2 (or -1) with labels.unsqueeze(-1), not along dim=1",
+            _("out[b, n] is scores[b, labels[b, n], 0]: the gather ran along dim=1 (positions) instead of the "
+              "class axis, the last one: gather along dim=2 (or -1) with labels.unsqueeze(-1), not along dim=1"),
         )
         expect(
             not seen(scores[:, 0, :].gather(-1, labels)),
-            "out[b, n] is scores[b, 0, labels[b, n]]: every position read the first position's scores, because the "
-            "index had shape (B, 1, N) (labels.unsqueeze(1)); give it shape (B, N, 1) with labels.unsqueeze(-1) "
-            "and gather along dim=2 (or -1)",
+            _("out[b, n] is scores[b, 0, labels[b, n]]: every position read the first position's scores, because "
+              "the index had shape (B, 1, N) (labels.unsqueeze(1)); give it shape (B, N, 1) with "
+              "labels.unsqueeze(-1) and gather along dim=2 (or -1)"),
         )
-        expect(False, _unknown("out[b, n] must be scores[b, n, labels[b, n]]", got, want))
-    expect(out.requires_grad, "keep the result differentiable: use gather, not .item(), .tolist() or .detach()")
-    with learner_code("back-propagating from the sum of your output", "use gather, which has a gradient"):
+        expect(False, _unknown(_("out[b, n] must be scores[b, n, labels[b, n]]"), got, want))
+    expect(out.requires_grad, _("keep the result differentiable: use gather, not .item(), .tolist() or .detach()"))
+    with learner_code(_("back-propagating from the sum of your output"), _("use gather, which has a gradient")):
         out.sum().backward()
     hits = torch.zeros(2, 5, 4).scatter_(2, labels.unsqueeze(-1), 1.0)
     expect(
         leaf.grad is not None and torch.equal(leaf.grad, hits),
-        "the gradient must reach exactly the selected scores, each with weight 1",
+        _("the gradient must reach exactly the selected scores, each with weight 1"),
     )
-    with learner_code("calling select_scores on a batch of one sequence of length one", "squeeze only dim -1"):
+    with learner_code(_("calling select_scores on a batch of one sequence of length one"), _("squeeze only dim -1")):
         one = fn(torch.tensor([[[0.5, 1.5, 2.5]]]), torch.tensor([[2]]))
     expect(
         isinstance(one, torch.Tensor) and one.shape == (1, 1) and one.item() == 2.5,
-        "a batch of one sequence of length one must still give shape (1, 1): squeeze only the last dim "
-        "(squeeze(-1)), not every dim of size 1",
+        _("a batch of one sequence of length one must still give shape (1, 1): squeeze only the last dim "
+          "(squeeze(-1)), not every dim of size 1"),
     )
     few = torch.tensor([[[0.5, 1.5, 2.5, 3.5], [4.0, 5.0, 6.0, 7.0], [-1.0, -2.0, -3.0, -4.0]]], requires_grad=True)
     few_labels = torch.tensor([[0, 2, 1]])
     with learner_code(
-        "calling select_scores on scores (1, 3, 4) whose labels [0, 2, 1] leave out the last class",
-        "the number of classes is scores.shape[-1], whatever the labels hold: F.one_hot(labels) is only "
-        "labels.max() + 1 wide unless given num_classes",
+        _("calling select_scores on scores (1, 3, 4) whose labels [0, 2, 1] leave out the last class"),
+        _("the number of classes is scores.shape[-1], whatever the labels hold: F.one_hot(labels) is only "
+          "labels.max() + 1 wide unless given num_classes"),
     ):
         picked = fn(few * 1, few_labels)
     expect(
         isinstance(picked, torch.Tensor) and picked.shape == (1, 3)
         and torch.equal(picked.detach().to(few.dtype), torch.tensor([[0.5, 6.0, -2.0]])),
-        "with labels that leave out the last class the result must still be scores[b, n, labels[b, n]]: take "
-        "the number of classes from scores.shape[-1], not from the labels",
+        _("with labels that leave out the last class the result must still be scores[b, n, labels[b, n]]: take "
+          "the number of classes from scores.shape[-1], not from the labels"),
     )
-    expect(picked.requires_grad, "keep the result differentiable for every batch: use gather, not .item(), "
-                                 ".tolist() or .detach()")
-    with learner_code("back-propagating from the sum of your output on scores (1, 3, 4)",
-                      "use gather, which has a gradient"):
+    expect(picked.requires_grad, _("keep the result differentiable for every batch: use gather, not .item(), "
+                                   ".tolist() or .detach()"))
+    with learner_code(_("back-propagating from the sum of your output on scores (1, 3, 4)"),
+                      _("use gather, which has a gradient")):
         picked.sum().backward()
     expect(
         few.grad is not None and torch.equal(few.grad, torch.zeros(1, 3, 4).scatter_(2, few_labels.unsqueeze(-1), 1.0)),
-        "on scores (1, 3, 4) too, the gradient must reach exactly the selected scores, each with weight 1",
+        _("on scores (1, 3, 4) too, the gradient must reach exactly the selected scores, each with weight 1"),
     )
     _expect_on_input_device("scores", fn, (scores, labels), out)
 
@@ -530,25 +543,25 @@ def check_segment_mean(fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Ten
     causes = {
         **dict.fromkeys(
             _DTYPE_MISMATCH,
-            "the values added must have the output's dtype: torch.ones_like(segment_ids) is int64 like the ids, "
-            "and scatter_add_ and index_add_ refuse to add it into float counts. Make the ones with values' "
-            "dtype: values.new_ones(N), or torch.ones_like(segment_ids, dtype=values.dtype)",
+            _("the values added must have the output's dtype: torch.ones_like(segment_ids) is int64 like the ids, "
+              "and scatter_add_ and index_add_ refuse to add it into float counts. Make the ones with values' "
+              "dtype: values.new_ones(N), or torch.ones_like(segment_ids, dtype=values.dtype)"),
         ),
         _LEAF_IN_PLACE: _leaf_hint("values.new_zeros(num_segments, D)", "values"),
-        **_index_causes("the segment ids", "values.new_zeros(num_segments, D)"),
+        **_index_causes(_("the segment ids"), "values.new_zeros(num_segments, D)"),
     }
     with _Calls() as calls, learner_code(
-        "calling segment_mean(values, ids, 4) with values (7, 4)",
-        _UNKNOWN_ERROR,
+        _("calling segment_mean(values, ids, 4) with values (7, 4)"),
+        _(_UNKNOWN_ERROR),
         {**causes,
-         "is invalid for input of size": "segments are given by the ids, not by position: they need not be "
-                                         "contiguous nor of equal size, so no reshape",
-         _INDEX_NDIM: "index_add_ takes the 1-D ids, scatter_add_/scatter_reduce need them expanded to values' "
-                      "shape (ids.unsqueeze(1).expand_as(values))",
-         _INDEX_DTYPE: "the index must hold integers (.to(values) makes floats of them)",
-         "must match the size of tensor b": "two tensors' sizes do not line up (the message gives them). One way "
-                                            "this happens here: torch.bincount counts only up to the largest id "
-                                            "present unless given minlength=num_segments"},
+         "is invalid for input of size": _("segments are given by the ids, not by position: they need not be "
+                                           "contiguous nor of equal size, so no reshape"),
+         _INDEX_NDIM: _("index_add_ takes the 1-D ids, scatter_add_/scatter_reduce need them expanded to values' "
+                        "shape (ids.unsqueeze(1).expand_as(values))"),
+         _INDEX_DTYPE: _("the index must hold integers (.to(values) makes floats of them)"),
+         "must match the size of tensor b": _("two tensors' sizes do not line up (the message gives them). One way "
+                                              "this happens here: torch.bincount counts only up to the largest id "
+                                              "present unless given minlength=num_segments")},
     ):
         out = fn(values, ids, 4)
     _expect_tensor(out)
@@ -556,96 +569,99 @@ def check_segment_mean(fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Ten
     _expect_untouched("segment_ids", ids, kept_ids)
     expect(
         out.shape != (3, 4),
-        "4 segments of width 4 give shape (4, 4); got (3, 4), as many rows as ids.max() + 1: the number of rows "
-        "is num_segments, not ids.max() + 1, as the last segments may have no rows (segment 3 has none here)",
+        _("4 segments of width 4 give shape (4, 4); got (3, 4), as many rows as ids.max() + 1: the number of rows "
+          "is num_segments, not ids.max() + 1, as the last segments may have no rows (segment 3 has none here)"),
     )
-    expect(out.shape == (4, 4), f"4 segments of width 4 give shape (4, 4); got {_shape(out)}")
-    expect(out.dtype == values.dtype, f"return values' dtype ({values.dtype}); got {out.dtype}")
+    expect(out.shape == (4, 4), _("4 segments of width 4 give shape (4, 4); got {shape}").format(shape=_shape(out)))
+    expect(out.dtype == values.dtype,
+           _("return values' dtype ({expected}); got {dtype}").format(expected=values.dtype, dtype=out.dtype))
     expect(
         not torch.isnan(out).any(),
-        "an empty segment must give 0, not NaN: divide by the count clamped to at least 1, and start from "
-        "zeros (values.new_zeros), not torch.empty or new_empty: nothing is written to an empty segment's row, "
-        "so it keeps whatever the new memory held (the check fills new memory with NaN)",
+        _("an empty segment must give 0, not NaN: divide by the count clamped to at least 1, and start from "
+          "zeros (values.new_zeros), not torch.empty or new_empty: nothing is written to an empty segment's row, "
+          "so it keeps whatever the new memory held (the check fills new memory with NaN)"),
     )
     expect(
         not torch.allclose(out[:3], (want * counts / (counts + 1))[:3]),
-        "each mean is divided by one member too many: scatter_reduce(..., 'mean') counts the initial "
-        "zeros of the output as members unless you pass include_self=False",
+        _("each mean is divided by one member too many: scatter_reduce(..., 'mean') counts the initial "
+          "zeros of the output as members unless you pass include_self=False"),
     )
     expect(
         not _one_member_kept(out, values, ids, counts.squeeze(1)),
-        "each segment holds one of its rows instead of their sum: scatter_ (and index_copy_) keep one of "
-        "the writes that meet at a position; repeated ids must add up, with scatter_add_ or index_add_",
+        _("each segment holds one of its rows instead of their sum: scatter_ (and index_copy_) keep one of "
+          "the writes that meet at a position; repeated ids must add up, with scatter_add_ or index_add_"),
     )
     expect(
         not torch.equal(out[:3], want[:3].floor()),
-        "the means are rounded down: divide with /, not // (floor division); means need not be whole numbers",
+        _("the means are rounded down: divide with /, not // (floor division); means need not be whole numbers"),
     )
     expect(
         not torch.allclose(out, want * counts / counts.clamp(min=1).T),
-        "each segment's sum must be divided by its own count. Counts of shape (S,) divide the columns (dim 1) "
-        "when broadcast against sums of shape (S, D); counts.unsqueeze(1) makes them divide the rows (dim 0)",
+        _("each segment's sum must be divided by its own count. Counts of shape (S,) divide the columns (dim 1) "
+          "when broadcast against sums of shape (S, D); counts.unsqueeze(1) makes them divide the rows (dim 0)"),
     )
     if not torch.allclose(out[:3], want[:3]):
         _expect_not_expanded(out, "values.new_zeros(num_segments, D)")
         _expect_written(out, calls.names)
         expect(
             not torch.allclose(out, want * counts),
-            "each row holds its segment's sum: divide it by the number of rows in the segment (at least 1) to "
-            "get the mean",
+            _("each row holds its segment's sum: divide it by the number of rows in the segment (at least 1) to "
+              "get the mean"),
         )
-        expect(False, _unknown("row s must be the mean of the rows whose id is s", out, want))
-    expect(torch.equal(out[3], torch.zeros(4)), "the empty segment (id 3) must be a row of zeros")
+        expect(False, _unknown(_("row s must be the mean of the rows whose id is s"), out, want))
+    expect(torch.equal(out[3], torch.zeros(4)), _("the empty segment (id 3) must be a row of zeros"))
 
     # Another width, more segments than rows, float64, ids in no particular order, four empty segments.
     values2 = torch.tensor([[1.5, -2.0], [4.0, 0.5], [-3.0, 7.0], [2.5, 1.0], [8.0, -6.0]], dtype=torch.float64)
     ids2 = torch.tensor([4, 1, 1, 4, 0])
     with learner_code(
-        "calling segment_mean on float64 values (5, 2) with 7 segments",
-        "create the output with values' dtype and num_segments rows (values.new_zeros(num_segments, D)); "
-        "anything added into it needs values' dtype too (values.new_ones, or dtype=values.dtype, for counts)",
+        _("calling segment_mean on float64 values (5, 2) with 7 segments"),
+        _("create the output with values' dtype and num_segments rows (values.new_zeros(num_segments, D)); "
+          "anything added into it needs values' dtype too (values.new_ones, or dtype=values.dtype, for counts)"),
     ):
         out2 = fn(values2, ids2, 7)
     expect(
         isinstance(out2, torch.Tensor) and out2.shape == (7, 2) and out2.dtype == torch.float64,
-        "float64 values (5, 2) in 7 segments must give a float64 result of shape (7, 2): take the dtype from "
-        f"values and the number of rows from num_segments (there may be more segments than rows); got "
-        f"{_shape(out2)}" + (f" {out2.dtype}" if isinstance(out2, torch.Tensor) else ""),
+        _("float64 values (5, 2) in 7 segments must give a float64 result of shape (7, 2): take the dtype from "
+          "values and the number of rows from num_segments (there may be more segments than rows); got "
+          "{result}").format(result=_shape(out2) + (f" {out2.dtype}" if isinstance(out2, torch.Tensor) else "")),
     )
     want2 = _segment_mean_reference(values2, ids2, 7)
     if not torch.allclose(out2, want2):
-        expect(False, "with 7 segments of width 2 (ids 4, 1, 1, 4, 0) each row must hold its segment's mean, and "
-                      "the empty segments 2, 3, 5 and 6 zeros; " + _first_difference(out2, want2))
+        expect(False, _("with 7 segments of width 2 (ids 4, 1, 1, 4, 0) each row must hold its segment's mean, "
+                        "and the empty segments 2, 3, 5 and 6 zeros; {difference}").format(
+                            difference=_first_difference(out2, want2)))
 
     leaf = values.clone().requires_grad_()
-    with learner_code("back-propagating from the sum of your output", "use differentiable tensor operations", causes):
+    with learner_code(_("back-propagating from the sum of your output"), _("use differentiable tensor operations"),
+                      causes):
         mean = fn(leaf * 1, ids, 4)  # not a leaf, as in a model: only a leaf the answer made refuses in-place edits
         expect(
             isinstance(mean, torch.Tensor) and mean.requires_grad,
-            "keep the result differentiable with respect to values: no .tolist(), .item() or torch.tensor(...) "
-            "of Python numbers",
+            _("keep the result differentiable with respect to values: no .tolist(), .item() or torch.tensor(...) "
+              "of Python numbers"),
         )
         mean.sum().backward()
     share = (1.0 / counts.squeeze(1))[ids].unsqueeze(1).expand(-1, 4)
     expect(
         leaf.grad is not None and torch.allclose(leaf.grad, share),
-        "the gradient of a segment's mean reaches each of its rows with weight 1 / (rows in the segment)",
+        _("the gradient of a segment's mean reaches each of its rows with weight 1 / (rows in the segment)"),
     )
     leaf2 = values2.clone().requires_grad_()
-    with learner_code("back-propagating from the sum of your output on float64 values (5, 2) with 7 segments",
-                      "use differentiable tensor operations", causes):
+    with learner_code(_("back-propagating from the sum of your output on float64 values (5, 2) with 7 segments"),
+                      _("use differentiable tensor operations"), causes):
         mean2 = fn(leaf2 * 1, ids2, 7)
         expect(
             isinstance(mean2, torch.Tensor) and mean2.requires_grad,
-            "keep the result differentiable with respect to values for every number of segments: no .tolist(), "
-            ".item() or torch.tensor(...) of Python numbers",
+            _("keep the result differentiable with respect to values for every number of segments: no .tolist(), "
+              ".item() or torch.tensor(...) of Python numbers"),
         )
         mean2.sum().backward()
     share2 = (1.0 / torch.bincount(ids2, minlength=7).double())[ids2].unsqueeze(1).expand(-1, 2)
     expect(
         leaf2.grad is not None and torch.allclose(leaf2.grad, share2),
-        "with float64 values (5, 2) in 7 segments too, the gradient of a segment's mean reaches each of its rows "
-        "with weight 1 / (rows in the segment)",
+        _("with float64 values (5, 2) in 7 segments too, the gradient of a segment's mean reaches each of its rows "
+          "with weight 1 / (rows in the segment)"),
     )
 
     _expect_on_input_device("values", fn, (values, ids, 4), out)
@@ -665,69 +681,71 @@ def check_count_tokens(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
     kept = tokens.clone()
     want = torch.stack([torch.bincount(row, minlength=5) for row in tokens])
     with _Calls() as calls, learner_code(
-        "calling count_tokens(tokens, 5) with tokens (6, 4)",
-        _UNKNOWN_ERROR,
-        {**dict.fromkeys(_DTYPE_MISMATCH, "the values added must have the output's dtype (int64): "
-                                          "torch.ones_like(tokens)"),
-         _INDEX_NDIM: "scatter_add_ wants an index and a source with as many dimensions as the output: tokens "
-                      "itself, (B, L), and torch.ones_like(tokens)",
-         "stack expects each tensor to be equal size": "torch.bincount counts only up to the largest token present "
-                                                       "unless given minlength=vocab_size, so the rows' counts "
-                                                       "differ in length",
-         "too many indices": "index_put_ takes one index tensor per dimension of the output: rows and tokens",
-         "cannot be broadcast to indexing result": "index_put_ takes one index tensor per dimension of the output, "
-                                                   "rows and tokens; with the tokens alone each index picks a whole "
-                                                   "row, which the values do not fit",
-         "could not be broadcast together": "index_put_'s index tensors must broadcast together: rows of shape "
-                                            "(B, 1) (torch.arange(B, device=tokens.device)[:, None]) with tokens",
-         **_index_causes("the tokens", "tokens.new_zeros(B, vocab_size)")},
+        _("calling count_tokens(tokens, 5) with tokens (6, 4)"),
+        _(_UNKNOWN_ERROR),
+        {**dict.fromkeys(_DTYPE_MISMATCH, _("the values added must have the output's dtype (int64): "
+                                            "torch.ones_like(tokens)")),
+         _INDEX_NDIM: _("scatter_add_ wants an index and a source with as many dimensions as the output: tokens "
+                        "itself, (B, L), and torch.ones_like(tokens)"),
+         "stack expects each tensor to be equal size": _("torch.bincount counts only up to the largest token "
+                                                         "present unless given minlength=vocab_size, so the rows' "
+                                                         "counts differ in length"),
+         "too many indices": _("index_put_ takes one index tensor per dimension of the output: rows and tokens"),
+         "cannot be broadcast to indexing result": _("index_put_ takes one index tensor per dimension of the "
+                                                     "output, rows and tokens; with the tokens alone each index "
+                                                     "picks a whole row, which the values do not fit"),
+         "could not be broadcast together": _("index_put_'s index tensors must broadcast together: rows of shape "
+                                              "(B, 1) (torch.arange(B, device=tokens.device)[:, None]) with tokens"),
+         **_index_causes(_("the tokens"), "tokens.new_zeros(B, vocab_size)")},
     ):
         out = fn(tokens, 5)
     _expect_tensor(out)
     _expect_untouched("tokens", tokens, kept)
     expect(
         out.dim() != 1,
-        f"6 rows and a vocabulary of 5 give shape (6, 5); got {_shape(out)}, one count per token for the whole "
-        "batch: each row keeps its own counts",
+        _("6 rows and a vocabulary of 5 give shape (6, 5); got {shape}, one count per token for the whole "
+          "batch: each row keeps its own counts").format(shape=_shape(out)),
     )
     expect(
         out.shape != (6, 4),
-        "6 rows and a vocabulary of 5 give shape (6, 5); got (6, 4), as wide as tokens.max() + 1: the width is "
-        "vocab_size, whatever tokens the rows hold (token 4 never occurs here)",
+        _("6 rows and a vocabulary of 5 give shape (6, 5); got (6, 4), as wide as tokens.max() + 1: the width is "
+          "vocab_size, whatever tokens the rows hold (token 4 never occurs here)"),
     )
-    expect(out.shape == (6, 5), f"6 rows and a vocabulary of 5 give shape (6, 5); got {_shape(out)}")
-    expect(out.dtype == torch.int64, f"counts are whole numbers: return int64 (torch.long); got {out.dtype}")
+    expect(out.shape == (6, 5),
+           _("6 rows and a vocabulary of 5 give shape (6, 5); got {shape}").format(shape=_shape(out)))
+    expect(out.dtype == torch.int64,
+           _("counts are whole numbers: return int64 (torch.long); got {dtype}").format(dtype=out.dtype))
     expect(
         bool(((out >= 0) & (out <= tokens.numel())).all()),
-        "the counts must lie between 0 and the number of tokens: start from zeros (tokens.new_zeros), not "
-        "torch.empty or new_empty, whose memory holds whatever was there (the check fills new memory with "
-        "the largest int64, so adding to it overflows)",
+        _("the counts must lie between 0 and the number of tokens: start from zeros (tokens.new_zeros), not "
+          "torch.empty or new_empty, whose memory holds whatever was there (the check fills new memory with "
+          "the largest int64, so adding to it overflows)"),
     )
     expect(
         not torch.equal(out, want.clamp(max=1)),
-        "a token that occurs several times in a row is counted once: out[rows, tokens] += 1, scatter_ and "
-        "index_put_ without accumulate write each position once, however often it repeats. Make repeats "
-        "add up: scatter_add_, or index_put_(..., accumulate=True)",
+        _("a token that occurs several times in a row is counted once: out[rows, tokens] += 1, scatter_ and "
+          "index_put_ without accumulate write each position once, however often it repeats. Make repeats "
+          "add up: scatter_add_, or index_put_(..., accumulate=True)"),
     )
     if not torch.equal(out, want):
         _expect_not_expanded(out, "tokens.new_zeros(B, vocab_size)")
         _expect_written(out, calls.names)
         expect(
             not torch.equal(out, want.roll(-1, dims=1)),
-            "out[b, v] counts token v + 1, and the last column counts token 0: the tokens were shifted down by "
-            "one, as if counted from 1, and -1 indexed the last column. Tokens are zero-based already: use them "
-            "as they are",
+            _("out[b, v] counts token v + 1, and the last column counts token 0: the tokens were shifted down by "
+              "one, as if counted from 1, and -1 indexed the last column. Tokens are zero-based already: use them "
+              "as they are"),
         )
         expect(
             not torch.equal(out, torch.zeros(6, 5, dtype=torch.long).scatter_add_(0, tokens, torch.ones_like(tokens))),
-            "the counts are those of a scatter_add_ along dim=0 (row tokens[b, l] of column l): add 1 along dim 1 "
-            "(the vocabulary axis), not dim 0, and keep the rows apart",
+            _("the counts are those of a scatter_add_ along dim=0 (row tokens[b, l] of column l): add 1 along "
+              "dim 1 (the vocabulary axis), not dim 0, and keep the rows apart"),
         )
-        expect(False, _unknown("out[b, v] must count how often token v occurs in row b", out, want))
-    with learner_code("calling count_tokens(tensor([[1]]), 3)", "use vocab_size for the width"):
+        expect(False, _unknown(_("out[b, v] must count how often token v occurs in row b"), out, want))
+    with learner_code(_("calling count_tokens(tensor([[1]]), 3)"), _("use vocab_size for the width")):
         small = fn(torch.tensor([[1]]), 3)
     expect(
         isinstance(small, torch.Tensor) and small.tolist() == [[0, 1, 0]],
-        "use vocab_size for the width, not tokens.max() + 1: count_tokens(tensor([[1]]), 3) must be [[0, 1, 0]]",
+        _("use vocab_size for the width, not tokens.max() + 1: count_tokens(tensor([[1]]), 3) must be [[0, 1, 0]]"),
     )
     _expect_on_input_device("tokens", fn, (tokens, 5), out)

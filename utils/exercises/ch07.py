@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from utils.checks import ExerciseFailed, exercise, expect, learner_code, same_device
+from utils.i18n import N_, _
 from utils.placement import _is_plain_tensor, _own_attributes, strays
 
 __all__ = ["check_movable", "check_noise"]
@@ -32,7 +33,7 @@ CPU = torch.device("cpu")
 # --- shared by the checks ---------------------------------------------------------------------------
 
 _CUDA = re.compile(r"cuda|nvidia", re.IGNORECASE)
-_HARD_CODED = (
+_HARD_CODED = N_(
     "a hard-coded device such as .cuda() or device='cuda' (torch.device('cuda') fails where there is no "
     "GPU, and elsewhere puts tensors where the caller did not ask): take the device from the input "
     "(x.device) or leave it to .to(device)"
@@ -52,7 +53,7 @@ def _calling(what: str, hint: str, on: torch.device = CPU) -> Iterator[None]:
         raise
     except Exception as err:
         if on.type != "cuda" and _CUDA.search(f"{type(err).__name__}: {err}"):
-            hint = _HARD_CODED
+            hint = _(_HARD_CODED)
         with learner_code(what, hint):
             raise err from None
 
@@ -63,9 +64,11 @@ def _device_arg(device: object) -> torch.device:
     if isinstance(device, str):
         device = torch.device(device)
     if not isinstance(device, torch.device):
-        raise TypeError(f"device must be a torch.device, a str or None, got {type(device).__name__}")
+        raise TypeError(_("device must be a torch.device, a str or None, got {type}").format(
+            type=type(device).__name__))
     if device.type == "meta":
-        raise ValueError("device must hold data, such as the notebook's `device` (the check tries 'meta' itself)")
+        raise ValueError(_("device must hold data, such as the notebook's `device` (the check tries 'meta' "
+                           "itself)"))
     return device
 
 
@@ -103,14 +106,14 @@ def _device_rng_kept(device: torch.device) -> Iterator[None]:
 
 
 #: What to do when a forward mixes the input's device with the CPU (the advice of ``same_device``).
-_ELSEWHERE_ADVICE = (
+_ELSEWHERE_ADVICE = N_(
     "a tensor it uses stayed on the CPU, created inside forward without device=x.device (torch.eye(n), "
     "torch.ones(n), ...), or kept where .to() cannot see it. Create new tensors with device=x.device (or "
     "torch.ones_like(x), x.new_ones(...)), and keep the module's constants in buffers"
 )
 
 
-_NOISE_ELSEWHERE_ADVICE = (
+_NOISE_ELSEWHERE_ADVICE = N_(
     "a tensor created inside forward without device=x.device lands on the default device (the CPU): create "
     "the noise with torch.randn_like(x), or with device=x.device and dtype=x.dtype"
 )
@@ -119,14 +122,14 @@ _NOISE_ELSEWHERE_ADVICE = (
 def _elsewhere_hint(err: Exception, what: str) -> str:
     """A hint for an error raised on a ``meta`` input, without quoting PyTorch's wording."""
     if "device" in str(err):
-        return (
-            f"{what} raised {type(err).__name__} (tensors on two devices): a tensor it uses stayed on the "
+        return _(
+            "{what} raised {error} (tensors on two devices): a tensor it uses stayed on the "
             "CPU, created inside forward without device=x.device, or kept where .to() cannot see it"
-        )
-    return (
-        f"{what} raised {type(err).__name__}: {err}. Likely cause: forward must work on any device; "
+        ).format(what=what, error=type(err).__name__)
+    return _(
+        "{what} raised {error}. Likely cause: forward must work on any device; "
         "reading values into Python (.item(), .tolist(), .numpy()) cannot run on the 'meta' device"
-    )
+    ).format(what=what, error=f"{type(err).__name__}: {err}")
 
 
 # --- Exercise 1 ------------------------------------------------------------------------------------
@@ -195,80 +198,81 @@ def check_movable(cls: type[nn.Module], device: torch.device | str | None = None
 def _check_movable_with(cls: type[nn.Module], device: torch.device, mean: torch.Tensor, std: torch.Tensor,
                         widths: tuple[int, ...]) -> None:
     width, out_width = widths[0], widths[-1]
-    built = f"building cls(mean, std, widths={widths})"
-    ctor_hint = "the constructor takes (mean, std, widths) and calls super().__init__() first"
+    built = _("building cls(mean, std, widths={widths})").format(widths=widths)
+    ctor_hint = _("the constructor takes (mean, std, widths) and calls super().__init__() first")
     with _calling(built, ctor_hint):
         model = cls(mean.clone(), std.clone(), widths)
-    expect(isinstance(model, nn.Module), "the class must subclass nn.Module")
+    expect(isinstance(model, nn.Module), _("the class must subclass nn.Module"))
 
     # Right after construction, before any forward: where is everything, and can .to() reach it?
     placed = sorted({t.device.type for t in [*model.parameters(), *model.buffers()]} - {"cpu"})
     expect(
         not placed,
-        f"right after construction some tensors are on {placed[0] if placed else ''}, but mean and std "
-        f"arrived on the CPU: {_HARD_CODED}",
+        _("right after construction some tensors are on {device}, but mean and std "
+          "arrived on the CPU: {cause}").format(device=placed[0] if placed else "", cause=_(_HARD_CODED)),
     )
     left = strays(model)
     lists = [s for s in left if "of modules or tensors" in s]
     plain = [s for s in left if "plain tensor" in s]
     expect(
         not lists,
-        f".to() right after construction cannot see inside {', '.join(lists)}: keep the layers in an "
-        "nn.ModuleList (or nn.Sequential / nn.ModuleDict) and the constants in buffers",
+        _(".to() right after construction cannot see inside {names}: keep the layers in an "
+          "nn.ModuleList (or nn.Sequential / nn.ModuleDict) and the constants in buffers").format(
+              names=", ".join(lists)),
     )
     if plain and _overrides_to(model):
         with _calling(built, ctor_hint):
             probe = cls(mean.clone(), std.clone(), widths)
-        with _calling("model.to('meta')", "an override of .to() or _apply must still move the module"):
+        with _calling("model.to('meta')", _("an override of .to() or _apply must still move the module")):
             probe.to(META)
         if all(v.is_meta for _, v in _own_attributes(probe) if _is_plain_tensor(v)):  # the override moved them
-            missed = (
-                ""
-                if type(model)._apply is not nn.Module._apply
-                else " .cuda(), .double() and .half() call _apply, not .to(), so they miss them, and"
-            )
             expect(
                 False,
-                f"your override moves {', '.join(plain)}, but{missed} a plain attribute is not saved in the "
-                "state_dict: use self.register_buffer(name, tensor), which nn.Module moves and saves by itself",
+                (_("your override moves {names}, but a plain attribute is not saved in the "
+                   "state_dict: use self.register_buffer(name, tensor), which nn.Module moves and saves by itself")
+                 if type(model)._apply is not nn.Module._apply else
+                 _("your override moves {names}, but .cuda(), .double() and .half() call _apply, not .to(), so "
+                   "they miss them, and a plain attribute is not saved in the state_dict: use "
+                   "self.register_buffer(name, tensor), which nn.Module moves and saves by itself")
+                 ).format(names=", ".join(plain)),
             )
-    overridden = (
-        " Overriding .to() or _apply does not fix it: tensor.to() returns a new tensor (the result must be kept), "
-        "and .cuda(), .double() and .half() do not call .to() at all."
-        if _overrides_to(model)
-        else ""
-    )
     expect(
         not plain,
-        f".to() right after construction leaves {', '.join(plain)} behind: use "
-        f"self.register_buffer(name, tensor).{overridden}",
+        (_(".to() right after construction leaves {names} behind: use self.register_buffer(name, tensor). "
+           "Overriding .to() or _apply does not fix it: tensor.to() returns a new tensor (the result must be "
+           "kept), and .cuda(), .double() and .half() do not call .to() at all.")
+         if _overrides_to(model) else
+         _(".to() right after construction leaves {names} behind: use self.register_buffer(name, tensor).")
+         ).format(names=", ".join(plain)),
     )
 
     x = torch.randn(5, width, generator=torch.Generator().manual_seed(0))
     given = x.clone()
-    standardizes = "forward(self, x) standardizes x, then runs the layers"
-    with _calling(f"calling the model on a (5, {width}) batch", standardizes):
+    standardizes = _("forward(self, x) standardizes x, then runs the layers")
+    with _calling(_("calling the model on a (5, {width}) batch").format(width=width), standardizes):
         y = model(x)
     expect(
         torch.equal(x, given),
-        "forward changed its input in place (x -= mean, x.sub_(...)): the caller's batch changes with it, and "
-        "a second call would standardize it twice. Compute (x - self.mean) / self.std as a new tensor",
+        _("forward changed its input in place (x -= mean, x.sub_(...)): the caller's batch changes with it, and "
+          "a second call would standardize it twice. Compute (x - self.mean) / self.std as a new tensor"),
     )
     expect(
         isinstance(y, torch.Tensor) and y.shape == (5, out_width),
-        f"widths {widths} on a batch of 5 give shape (5, {out_width}); got {getattr(y, 'shape', type(y).__name__)}",
+        _("widths {widths} on a batch of 5 give shape (5, {width}); got {shape}").format(
+            widths=widths, width=out_width, shape=getattr(y, "shape", type(y).__name__)),
     )
     linears = _chained([m for m in model.modules() if isinstance(m, nn.Linear)], widths[0])
     want_layers = list(zip(widths, widths[1:], strict=False))
     expect(
         [(m.in_features, m.out_features) for m in linears] == want_layers,
-        f"expected registered Linear layers {want_layers}, found {[(m.in_features, m.out_features) for m in linears]}",
+        _("expected registered Linear layers {expected}, found {found}").format(
+            expected=want_layers, found=[(m.in_features, m.out_features) for m in linears]),
     )
     with torch.no_grad():
         expected = _standardized_mlp(x, mean, std, linears)
     expect(
         torch.allclose(y, expected, atol=1e-6),
-        "forward must compute (x - mean) / std, then the layers with a ReLU between them (none after the last)",
+        _("forward must compute (x - mean) / std, then the layers with a ReLU between them (none after the last)"),
     )
     def holds(t: torch.Tensor, values: torch.Tensor) -> bool:  # in any shape: (4,), or (1, 4) to broadcast
         return t.numel() == values.numel() and torch.equal(t.detach().reshape(-1), values)
@@ -277,73 +281,78 @@ def _check_movable_with(cls: type[nn.Module], device: torch.device, mean: torch.
                     if _stacks(t, mean, std)), None)
     expect(
         stacked is None,
-        f"mean and std are stacked into one tensor, {stacked[0] if stacked else ''} of shape "
-        f"{tuple(stacked[1].shape) if stacked else ()}: the task asks for each in a buffer of its own, "
-        "self.register_buffer('mean', mean) and self.register_buffer('std', std)",
+        _("mean and std are stacked into one tensor, {name} of shape "
+          "{shape}: the task asks for each in a buffer of its own, "
+          "self.register_buffer('mean', mean) and self.register_buffer('std', std)").format(
+              name=stacked[0] if stacked else "", shape=tuple(stacked[1].shape) if stacked else ()),
     )
     constants = [p for p in model.parameters() if holds(p, mean) or holds(p, std)]
     expect(
         not any(p.requires_grad for p in constants),
-        "mean and std are constants: register them as buffers, not nn.Parameter (an optimizer would train them)",
+        _("mean and std are constants: register them as buffers, not nn.Parameter (an optimizer would train them)"),
     )
     expect(
         not constants,
-        "mean and std are constants: register them as buffers. A frozen nn.Parameter (requires_grad=False) is "
-        "still a parameter: model.parameters() yields it, so it goes to the optimizer, counts among the "
-        "model's parameters, and model.requires_grad_() (unfreezing the model) makes it trainable again",
+        _("mean and std are constants: register them as buffers. A frozen nn.Parameter (requires_grad=False) is "
+          "still a parameter: model.parameters() yields it, so it goes to the optimizer, counts among the "
+          "model's parameters, and model.requires_grad_() (unfreezing the model) makes it trainable again"),
     )
     saved = model.state_dict().values()
     expect(
         any(holds(t, mean) for t in saved) and any(holds(t, std) for t in saved),
-        "mean and std must be saved with the model: register them as persistent buffers (the default, "
-        "persistent=True)",
+        _("mean and std must be saved with the model: register them as persistent buffers (the default, "
+          "persistent=True)"),
     )
 
-    with _calling("model.to('meta')", "do not override .to(); register tensors so that nn.Module moves them"):
+    with _calling("model.to('meta')", _("do not override .to(); register tensors so that nn.Module moves them")):
         moved = model.to(META)
-    expect(moved is model, ".to() on a module must return the module itself")
+    expect(moved is model, _(".to() on a module must return the module itself"))
     behind = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.device != META]
-    expect(not behind, f"after .to('meta') these stayed behind: {behind}")
+    expect(not behind, _("after .to('meta') these stayed behind: {names}").format(names=behind))
     try:
-        with same_device("x", hint=_ELSEWHERE_ADVICE):
+        with same_device("x", hint=_(_ELSEWHERE_ADVICE)):
             out = model(torch.empty(7, width, device=META))
     except ExerciseFailed:
         raise
     except Exception as err:
-        expect(False, _elsewhere_hint(err, "after .to('meta'), forward on a meta input"))
+        expect(False, _elsewhere_hint(err, _("after .to('meta'), forward on a meta input")))
     expect(
         isinstance(out, torch.Tensor) and out.device == META and out.shape == (7, out_width),
-        "after .to('meta') the output of a meta input must be on 'meta'",
+        _("after .to('meta') the output of a meta input must be on 'meta'"),
     )
 
     with _calling(built, ctor_hint):
         fresh = cls(mean.clone(), std.clone(), widths)
     with torch.no_grad():
         reference = fresh(x)
-        with _calling(f"running the model on {device} after .to({device.type!r})", "", on=device):
+        with _calling(_("running the model on {device} after .to({type})").format(
+                device=device, type=repr(device.type)), "", on=device):
             on_device = fresh.to(device)(x.to(device))
     expect(
         on_device.device.type == device.type and torch.allclose(on_device.cpu(), reference, atol=1e-3),
-        f"after .to({device.type!r}) the model must give the same output there, on {device.type}",
+        _("after .to({type}) the model must give the same output there, on {device}").format(
+            type=repr(device.type), device=device.type),
     )
 
     with _calling(built, ctor_hint):
         wide = cls(mean.clone(), std.clone(), widths).to(torch.float64)
     expect(
         all(t.dtype == torch.float64 for t in [*wide.parameters(), *wide.buffers()]),
-        ".to(torch.float64) must convert every parameter and buffer",
+        _(".to(torch.float64) must convert every parameter and buffer"),
     )
-    with _calling("calling the float64 model on a float64 batch", "create nothing with a fixed dtype in forward"):
+    with _calling(_("calling the float64 model on a float64 batch"),
+                  _("create nothing with a fixed dtype in forward")):
         out64 = wide(x.double())
-    expect(out64.dtype == torch.float64, "after .to(torch.float64) the output must be float64")
+    expect(out64.dtype == torch.float64, _("after .to(torch.float64) the output must be float64"))
     # bfloat16 too: float64 wins every type promotion, so a float32 tensor made in forward hides behind it.
-    fixed = ("create nothing with a fixed dtype in forward: x.float(), or a tensor made without dtype=x.dtype, "
-             "is float32, which a bfloat16 (or float16) model's layers refuse")
+    fixed = _("create nothing with a fixed dtype in forward: x.float(), or a tensor made without dtype=x.dtype, "
+              "is float32, which a bfloat16 (or float16) model's layers refuse")
     with _calling(built, ctor_hint):
         narrow = cls(mean.clone(), std.clone(), widths).to(torch.bfloat16)
-    with _calling("calling the model after .to(torch.bfloat16) on a bfloat16 batch", fixed):
+    with _calling(_("calling the model after .to(torch.bfloat16) on a bfloat16 batch"), fixed):
         out16 = narrow(x.bfloat16())
-    expect(out16.dtype == torch.bfloat16, f"after .to(torch.bfloat16) the output must be bfloat16: {fixed}")
+    expect(out16.dtype == torch.bfloat16,
+           _("after .to(torch.bfloat16) the output must be bfloat16: {cause}").format(cause=fixed))
 
 
 # --- Exercise 2 ------------------------------------------------------------------------------------
@@ -377,50 +386,50 @@ def _ks_to_normal(sample: torch.Tensor, std: float) -> float:
 def _expect_gradient_passes(layer: nn.Module) -> None:
     """In training mode the gradient of ``layer(x).sum()`` with respect to ``x`` is all ones, as for ``x + noise``."""
     x = torch.zeros(64, requires_grad=True)
-    with _calling("calling the layer in training mode on an input that requires grad", ""):
+    with _calling(_("calling the layer in training mode on an input that requires grad"), ""):
         out = layer(x)
         if isinstance(out, torch.Tensor) and out.requires_grad:
             out.sum().backward()
     expect(
         x.grad is not None,
-        "no gradient reaches x through the layer, so the layers before it would not learn: x.detach(), x.data "
-        "or torch.no_grad() cut it off. Return x itself plus the noise: x + sigma * torch.randn_like(x)",
+        _("no gradient reaches x through the layer, so the layers before it would not learn: x.detach(), x.data "
+          "or torch.no_grad() cut it off. Return x itself plus the noise: x + sigma * torch.randn_like(x)"),
     )
     expect(
         bool(x.grad.count_nonzero()),
-        "the gradient through the layer is zero: torch.normal(x, sigma) does not pass gradients to its mean x, "
-        "so the layers before it would not learn. Add the noise to x instead: x + sigma * torch.randn_like(x)",
+        _("the gradient through the layer is zero: torch.normal(x, sigma) does not pass gradients to its mean x, "
+          "so the layers before it would not learn. Add the noise to x instead: x + sigma * torch.randn_like(x)"),
     )
     expect(
         torch.equal(x.grad, torch.ones_like(x)),
-        "the gradient of sum(output) with respect to x must be all ones, as through x + noise: add the noise "
-        "to x, and compute the noise without x",
+        _("the gradient of sum(output) with respect to x must be all ones, as through x + noise: add the noise "
+          "to x, and compute the noise without x"),
     )
 
 
 def _expect_other_sigma(cls: type[nn.Module], std_at_half: float) -> None:
     """A second layer, ``cls(2.0)``: its noise has std 2 in training mode, its gradient passes, and in eval
     mode it returns its input (the first layer's checks used sigma=0.5)."""
-    with _calling("building cls(2.0)", "the constructor takes sigma and calls super().__init__() first"):
+    with _calling(_("building cls(2.0)"), _("the constructor takes sigma and calls super().__init__() first")):
         layer = cls(2.0)
-    with _calling("calling cls(2.0) in training mode on torch.zeros(20_000)", ""):
+    with _calling(_("calling cls(2.0) in training mode on torch.zeros(20_000)"), ""):
         noisy = layer(torch.zeros(20_000))
     std = noisy.std().item() if isinstance(noisy, torch.Tensor) and noisy.is_floating_point() else float("nan")
     if abs(std - std_at_half) < 0.02:
         expect(
             abs(std - 2.0) < 0.08,
-            f"the noise has std {std:.3f} for sigma=2.0, the same as for sigma=0.5: forward does not use the "
-            "sigma given to the constructor. Scale the noise by self.sigma",
+            _("the noise has std {std} for sigma=2.0, the same as for sigma=0.5: forward does not use the "
+              "sigma given to the constructor. Scale the noise by self.sigma").format(std=f"{std:.3f}"),
         )
-    expect(abs(std - 2.0) < 0.08, f"sigma=2.0 must give noise of std 2.0; got {std:.3f}")
+    expect(abs(std - 2.0) < 0.08, _("sigma=2.0 must give noise of std 2.0; got {std}").format(std=f"{std:.3f}"))
     _expect_gradient_passes(layer)
-    with _calling("cls(2.0).eval(), then calling it", "in eval mode return x"):
+    with _calling(_("cls(2.0).eval(), then calling it"), _("in eval mode return x")):
         layer.eval()
         ones = torch.ones(5)
         kept = layer(ones)
     expect(
         isinstance(kept, torch.Tensor) and torch.equal(kept, torch.ones(5)),
-        "in eval mode (layer.eval()) return the input unchanged, whatever sigma",
+        _("in eval mode (layer.eval()) return the input unchanged, whatever sigma"),
     )
 
 
@@ -452,103 +461,108 @@ def check_noise(cls: type[nn.Module], device: torch.device | str | None = None) 
     with its dtype, from that device's own generator; the gradient passes to ``x`` as through ``x + noise``,
     and the input itself is not modified. ``device`` (default: the CPU) is where the answer is also run.
     """
-    with _calling("building cls(0.5)", "the constructor takes sigma and calls super().__init__() first"):
+    with _calling(_("building cls(0.5)"), _("the constructor takes sigma and calls super().__init__() first")):
         layer = cls(0.5)
-    expect(isinstance(layer, nn.Module), "the class must subclass nn.Module")
-    called = "calling the layer in training mode on torch.zeros(20_000)"
+    expect(isinstance(layer, nn.Module), _("the class must subclass nn.Module"))
+    called = _("calling the layer in training mode on torch.zeros(20_000)")
     x = torch.zeros(20_000)
-    with _calling(called, "forward(self, x) returns x plus sigma times standard normal noise"):
+    with _calling(called, _("forward(self, x) returns x plus sigma times standard normal noise")):
         noisy = layer(x)
         again = layer(x)
     expect(
         torch.equal(x, torch.zeros(20_000)),
-        "forward changed its input: return x + noise as a new tensor (no x.add_(...) or x += ... on the input)",
+        _("forward changed its input: return x + noise as a new tensor (no x.add_(...) or x += ... on the input)"),
     )
     expect(
         isinstance(noisy, torch.Tensor) and noisy.shape == x.shape,
-        f"the output must have the input's shape {tuple(x.shape)}; got {getattr(noisy, 'shape', type(noisy).__name__)}",
+        _("the output must have the input's shape {expected}; got {shape}").format(
+            expected=tuple(x.shape), shape=getattr(noisy, "shape", type(noisy).__name__)),
     )
     if torch.equal(noisy, x):
-        with _calling("calling the layer in training mode on torch.ones(20_000)", ""):
+        with _calling(_("calling the layer in training mode on torch.ones(20_000)"), ""):
             on_ones = layer(torch.ones(20_000))
         expect(
             not isinstance(on_ones, torch.Tensor) or torch.equal(on_ones, torch.ones(20_000)),
-            "on torch.zeros(20_000) the output stayed all zeros, and on ones it changed: the noise is multiplied "
-            "into x. Add it: return x + sigma * noise",
+            _("on torch.zeros(20_000) the output stayed all zeros, and on ones it changed: the noise is multiplied "
+              "into x. Add it: return x + sigma * noise"),
         )
         expect(
             False,
-            "in training mode (the default) the output must differ from the input: add the noise when "
-            "self.training is True (self.eval is a method, and a method is always true)",
+            _("in training mode (the default) the output must differ from the input: add the noise when "
+              "self.training is True (self.eval is a method, and a method is always true)"),
         )
-    expect(not torch.equal(noisy, again), "draw fresh noise on every call in training mode (no fixed seed in forward)")
+    expect(not torch.equal(noisy, again),
+           _("draw fresh noise on every call in training mode (no fixed seed in forward)"))
     mean, std = noisy.mean().item(), noisy.std().item()
-    expect(abs(std - 0.5) < 0.02, f"sigma=0.5 must give noise of std 0.5; got {std:.3f}")
-    expect(abs(mean) < 0.02, f"the noise must have mean 0; got {mean:.3f}")
+    expect(abs(std - 0.5) < 0.02, _("sigma=0.5 must give noise of std 0.5; got {std}").format(std=f"{std:.3f}"))
+    expect(abs(mean) < 0.02, _("the noise must have mean 0; got {mean}").format(mean=f"{mean:.3f}"))
     distance = _ks_to_normal(noisy, 0.5)
     expect(
         distance < 0.025,
-        f"the noise has std 0.5 but is not normally distributed (its distribution is {distance:.3f} away from "
-        "the normal one): draw it with torch.randn_like, not torch.rand_like (uniform)",
+        _("the noise has std 0.5 but is not normally distributed (its distribution is {distance} away from "
+          "the normal one): draw it with torch.randn_like, not torch.rand_like (uniform)").format(
+              distance=f"{distance:.3f}"),
     )
     sizes = noisy.detach().abs().unique().numel()  # independent float draws almost never repeat a size
     expect(
         sizes > 0.9 * noisy.numel(),
-        f"the noise repeats itself: its 20000 elements have only {sizes} different sizes, as with "
-        "torch.cat([n, -n]) or n.repeat(2). Draw every element independently: torch.randn_like(x)",
+        _("the noise repeats itself: its 20000 elements have only {sizes} different sizes, as with "
+          "torch.cat([n, -n]) or n.repeat(2). Draw every element independently: torch.randn_like(x)").format(
+              sizes=sizes),
     )
-    with _calling("calling the layer on a (64, 32) batch", "draw noise of x's full shape"):
+    with _calling(_("calling the layer on a (64, 32) batch"), _("draw noise of x's full shape")):
         batch = layer(torch.zeros(64, 32))
     expect(
         isinstance(batch, torch.Tensor) and batch.shape == (64, 32),
-        "the output must have the input's shape (64, 32)",
+        _("the output must have the input's shape (64, 32)"),
     )
     expect(
         not torch.equal(batch[0], batch[1]) and not torch.equal(batch[:, 0], batch[:, 1]),
-        "every element of a batch needs its own noise: draw it with x's full shape (torch.randn_like(x)), "
-        "not one row or one column shared by the batch",
+        _("every element of a batch needs its own noise: draw it with x's full shape (torch.randn_like(x)), "
+          "not one row or one column shared by the batch"),
     )
-    with _calling("calling the layer on torch.ones(20_000)", ""):
+    with _calling(_("calling the layer on torch.ones(20_000)"), ""):
         shifted = layer(torch.ones(20_000))
-    expect(abs(shifted.mean().item() - 1) < 0.02, "add the noise to the input (x + noise), do not replace it")
+    expect(abs(shifted.mean().item() - 1) < 0.02, _("add the noise to the input (x + noise), do not replace it"))
     _expect_gradient_passes(layer)
     _expect_other_sigma(cls, std)
 
-    with _calling("layer.eval()", "do not override eval() or train()"):
+    with _calling("layer.eval()", _("do not override eval() or train()")):
         layer.eval()
-    with _calling("calling the layer in eval mode", "in eval mode return x"):
+    with _calling(_("calling the layer in eval mode"), _("in eval mode return x")):
         kept = layer(x)
     expect(
         isinstance(kept, torch.Tensor) and torch.equal(kept, x),
-        "in eval mode (layer.eval()) return the input unchanged",
+        _("in eval mode (layer.eval()) return the input unchanged"),
     )
     layer.train()
 
     generators = _GeneratorDevices()
     try:
-        with generators, same_device("x", hint=_NOISE_ELSEWHERE_ADVICE):
+        with generators, same_device("x", hint=_(_NOISE_ELSEWHERE_ADVICE)):
             on_meta = layer(torch.zeros(3, 4, device=META))
     except ExerciseFailed:
         raise
     except Exception as err:
         if isinstance(err, NotImplementedError) or _CUDA.search(str(err)):
-            with _calling("calling the layer on a meta input", "create the noise with torch.randn_like(x)"):
+            with _calling(_("calling the layer on a meta input"), _("create the noise with torch.randn_like(x)")):
                 raise
-        expect(False, _elsewhere_hint(err, "calling the layer on an input on another device (meta)"))
+        expect(False, _elsewhere_hint(err, _("calling the layer on an input on another device (meta)")))
     expect(
         isinstance(on_meta, torch.Tensor) and on_meta.device == META and on_meta.shape == (3, 4),
-        "the output must be on the input's device: create the noise there (torch.randn_like(x), or "
-        "device=x.device; a .to(...) whose result is not kept changes nothing)",
+        _("the output must be on the input's device: create the noise there (torch.randn_like(x), or "
+          "device=x.device; a .to(...) whose result is not kept changes nothing)"),
     )
     own = generators.devices[0].type if generators.devices else ""
     expect(
         not own,
-        f"the noise is drawn with a generator of its own, which lives on the {own} device: "
-        "an input on another device (a GPU) cannot use it, and torch refuses the draw. Leave out "
-        "generator=...; the input's device has its own generator, seeded by torch.manual_seed",
+        _("the noise is drawn with a generator of its own, which lives on the {device} device: "
+          "an input on another device (a GPU) cannot use it, and torch refuses the draw. Leave out "
+          "generator=...; the input's device has its own generator, seeded by torch.manual_seed").format(device=own),
     )
     for dtype in (torch.bfloat16, torch.float64):
-        with _calling(f"calling the layer on a {dtype} input", "create the noise with x's dtype"):
+        with _calling(_("calling the layer on a {dtype} input").format(dtype=dtype),
+                      _("create the noise with x's dtype")):
             typed = layer(torch.zeros(8, dtype=dtype))
         if isinstance(typed, torch.Tensor) and typed.dtype == dtype:
             continue
@@ -556,18 +570,20 @@ def check_noise(cls: type[nn.Module], device: torch.device | str | None = None) 
         promoting = _promoting_tensor(layer, dtype)
         expect(
             False,
-            f"a {str(dtype).removeprefix('torch.')} input gave a {got} output: "
-            + (
-                f"the layer keeps {promoting[0]} as a {str(promoting[1].dtype).removeprefix('torch.')} tensor of "
-                f"shape {tuple(promoting[1].shape)}, which promotes x + sigma * noise to its dtype. Keep sigma a "
-                f"Python number, or cast it: self.{promoting[0]}.to(x.dtype)"
+            _("a {dtype} input gave a {got} output: {cause}").format(
+                dtype=str(dtype).removeprefix("torch."), got=got,
+                cause=_("the layer keeps {name} as a {dtype} tensor of shape {shape}, which promotes "
+                        "x + sigma * noise to its dtype. Keep sigma a Python number, or cast it: "
+                        "self.{name}.to(x.dtype)").format(
+                            name=promoting[0], dtype=str(promoting[1].dtype).removeprefix("torch."),
+                            shape=tuple(promoting[1].shape))
                 if promoting
-                else "create the noise with x's dtype too (torch.randn_like(x), or dtype=x.dtype)"
-            ),
+                else _("create the noise with x's dtype too (torch.randn_like(x), or dtype=x.dtype)")),
         )
-    with _device_rng_kept(device), _calling(f"calling the layer on an input on {device}", "", on=device):
+    with _device_rng_kept(device), _calling(_("calling the layer on an input on {device}").format(device=device), "",
+                                            on=device):
         there = layer(torch.zeros(3, 4, device=device))
     expect(
         isinstance(there, torch.Tensor) and there.device.type == device.type and there.shape == (3, 4),
-        f"an input on {device} must give an output there",
+        _("an input on {device} must give an output there").format(device=device),
     )

@@ -18,12 +18,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from utils.checks import ExerciseFailed, exercise, expect, learner_code
+from utils.i18n import N_, _
 
 __all__ = ["check_accumulate", "check_training_bytes"]
 
 CPU = torch.device("cpu")
 _CUDA = re.compile(r"cuda|nvidia", re.IGNORECASE)
-_HARD_CODED = (
+_HARD_CODED = N_(
     "a hard-coded device such as .cuda() or device='cuda' (torch.device('cuda') fails where there is no "
     "GPU, and elsewhere puts tensors where the caller did not ask): take the device from the input "
     "(x.device) or leave it to .to(device)"
@@ -39,7 +40,7 @@ def _calling(what: str, hint: str, on: torch.device = CPU) -> Iterator[None]:
         raise
     except Exception as err:
         if on.type != "cuda" and _CUDA.search(f"{type(err).__name__}: {err}"):
-            hint = _HARD_CODED
+            hint = _(_HARD_CODED)
         with learner_code(what, hint):
             raise err from None
 
@@ -72,9 +73,9 @@ def _measured(model: nn.Module) -> dict[str, int]:
     F.mse_loss(out, torch.zeros_like(out)).backward()
     optimizer.step()
     return {
-        "parameters": sum(p.numel() * p.element_size() for p in params),
-        "gradients": sum(p.grad.numel() * p.grad.element_size() for p in trainable),
-        "Adam's two averages": sum(
+        N_("parameters"): sum(p.numel() * p.element_size() for p in params),
+        N_("gradients"): sum(p.grad.numel() * p.grad.element_size() for p in trainable),
+        N_("Adam's two averages"): sum(
             optimizer.state[p][k].numel() * optimizer.state[p][k].element_size()
             for p in trainable
             for k in ("exp_avg", "exp_avg_sq")
@@ -93,33 +94,35 @@ def _likely_cause(model: nn.Module, parts: dict[str, int], got: int) -> str | No
     copies = sum((4 if p.requires_grad else 1) * p.numel() for p in unique)
     one_level = {id(p): p for child in model.children() for p in child.parameters(recurse=False)}.values()
     guesses = [  # the likelier mistake first where two give the same total
-        (4 * nbytes, "frozen parameters (requires_grad=False) get no gradient and no Adam state"),
-        (4 * copies, "each number takes its dtype's size (p.element_size()), not always 4 bytes"),
+        (4 * nbytes, _("frozen parameters (requires_grad=False) get no gradient and no Adam state")),
+        (4 * copies, _("each number takes its dtype's size (p.element_size()), not always 4 bytes")),
         (
             unique[0].element_size() * copies,
-            "each parameter counts with its own dtype's size (p.element_size() of every parameter): this "
-            "model mixes float64 and float32, so one size for the whole model is wrong",
+            _("each parameter counts with its own dtype's size (p.element_size() of every parameter): this "
+              "model mixes float64 and float32, so one size for the whole model is wrong"),
         ),
         (
             sum((4 if p.requires_grad else 1) * p.numel() * p.element_size() for p in every),
-            "a layer used twice holds its parameters once, and a weight shared by two layers is one tensor: "
-            "model.parameters() already skips the repeat (model.modules() does not, for a shared weight)",
+            _("a layer used twice holds its parameters once, and a weight shared by two layers is one tensor: "
+              "model.parameters() already skips the repeat (model.modules() does not, for a shared weight)"),
         ),
-        (want + buffers, "buffers (such as BatchNorm's running statistics) are not trained: do not count them"),
-        (want + 4 * buffers, "buffers (such as BatchNorm's running statistics) are not trained: do not count them"),
-        (8 * want, "count bytes, not bits"),
+        (want + buffers, _("buffers (such as BatchNorm's running statistics) are not trained: do not count them")),
+        (want + 4 * buffers,
+         _("buffers (such as BatchNorm's running statistics) are not trained: do not count them")),
+        (8 * want, _("count bytes, not bits")),
         # before "gradients missing", which gives the same total in float64 but fails the float32 case first
         (
             nbytes + trained + 8 * sum(p.numel() for p in unique if p.requires_grad),
-            "Adam's two averages have the parameter's dtype (p.element_size() bytes each), not always 4 bytes",
+            _("Adam's two averages have the parameter's dtype (p.element_size() bytes each), not always 4 bytes"),
         ),
-        (nbytes + 2 * trained, "the gradients are missing (one per trainable parameter, of its size and dtype)"),
-        (nbytes + trained, "Adam's two running averages are missing (exp_avg and exp_avg_sq)"),
+        (nbytes + 2 * trained,
+         _("the gradients are missing (one per trainable parameter, of its size and dtype)")),
+        (nbytes + trained, _("Adam's two running averages are missing (exp_avg and exp_avg_sq)")),
         (
             sum((4 if p.requires_grad else 1) * p.numel() * p.element_size() for p in one_level),
-            "the count reads only the parameters of the model's direct children: a bare layer has no children, "
-            "and a nested nn.Sequential keeps its layers one level further down. model.parameters() walks the "
-            "whole tree",
+            _("the count reads only the parameters of the model's direct children: a bare layer has no children, "
+              "and a nested nn.Sequential keeps its layers one level further down. model.parameters() walks the "
+              "whole tree"),
         ),
     ]
     return next((cause for total, cause in guesses if total == got and total != want), None)
@@ -157,16 +160,17 @@ def _cases() -> dict[str, nn.Module]:
     tied = nn.Sequential(nn.Linear(4, 6), shared, nn.ReLU(), shared)
     normed = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.Linear(6, 2))
     return {
-        "a float32 MLP": mlp,
-        "the same MLP with its first layer frozen": frozen,
-        "the MLP in float64": copy.deepcopy(mlp).double(),
-        "the MLP in bfloat16": copy.deepcopy(mlp).to(torch.bfloat16),
-        "a model that uses one layer twice": tied,
-        "a model whose two layers share one weight": _SharedWeight(),
-        "a model with BatchNorm buffers": normed,
-        "a model with a float64 and a float32 layer": _MixedPrecision(),
-        "a bare nn.Linear(5, 3) layer": nn.Linear(5, 3),
-        "an MLP nested in an nn.Sequential": nn.Sequential(nn.Sequential(nn.Linear(5, 7), nn.ReLU()), nn.Linear(7, 3)),
+        N_("a float32 MLP"): mlp,
+        N_("the same MLP with its first layer frozen"): frozen,
+        N_("the MLP in float64"): copy.deepcopy(mlp).double(),
+        N_("the MLP in bfloat16"): copy.deepcopy(mlp).to(torch.bfloat16),
+        N_("a model that uses one layer twice"): tied,
+        N_("a model whose two layers share one weight"): _SharedWeight(),
+        N_("a model with BatchNorm buffers"): normed,
+        N_("a model with a float64 and a float32 layer"): _MixedPrecision(),
+        N_("a bare nn.Linear(5, 3) layer"): nn.Linear(5, 3),
+        N_("an MLP nested in an nn.Sequential"): nn.Sequential(nn.Sequential(nn.Linear(5, 7), nn.ReLU()),
+                                                               nn.Linear(7, 3)),
     }
 
 
@@ -183,24 +187,28 @@ def check_training_bytes(fn: Callable[[nn.Module], int]) -> None:
         parts = _measured(model)
         want = sum(parts.values())
         with _calling(
-            f"your function on {label}",
-            "the model has not been trained, so p.grad is None: count from each parameter's numel() and element_size()",
+            _("your function on {label}").format(label=_(label)),
+            _("the model has not been trained, so p.grad is None: count from each parameter's numel() and "
+              "element_size()"),
         ):
             got = fn(copy.deepcopy(model))
         expect(
             isinstance(got, numbers.Integral) and not isinstance(got, bool),
-            f"return an int (bytes); got {type(got).__name__}"
-            + (" (use integer arithmetic, or int(...))" if isinstance(got, float) else ""),
+            (_("return an int (bytes); got {type} (use integer arithmetic, or int(...))") if isinstance(got, float)
+             else _("return an int (bytes); got {type}")).format(type=type(got).__name__),
         )
         got = int(got)  # a NumPy integer (from np.prod) counts too
         if got == want:
             continue
-        breakdown = " + ".join(f"{v} ({k})" for k, v in parts.items())
+        breakdown = " + ".join(f"{v} ({_(k)})" for k, v in parts.items())
         cause = _likely_cause(model, parts, got)
         expect(
             False,
-            f"for {label}: {got} bytes, but one Adam step holds {want} = {breakdown}"
-            + (f". Likely cause: {cause}" if cause else ""),
+            _("for {label}: {got} bytes, but one Adam step holds {want} = {breakdown}. Likely cause: {cause}").format(
+                label=_(label), got=got, want=want, breakdown=breakdown, cause=cause)
+            if cause else
+            _("for {label}: {got} bytes, but one Adam step holds {want} = {breakdown}").format(
+                label=_(label), got=got, want=want, breakdown=breakdown),
         )
 
 
@@ -237,7 +245,7 @@ def _close(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
 
 #: The error ``backward()`` raises on a loss that autograd did not record, and what causes it.
 _CUT_OFF = {
-    "does not require grad and does not have a grad_fn": (
+    "does not require grad and does not have a grad_fn": N_(
         "backward was called on a loss that autograd did not record: a loss computed under torch.no_grad(), "
         "or from a .detach()ed tensor, has no graph to go back through"
     ),
@@ -255,7 +263,8 @@ def check_accumulate(fn: Callable[..., None]) -> None:
     cases = [(_regression, 2), (_regression, 4), (_classifier, 3), (_classifier, 7), (_bare, 4), (_bare, 3)]
     for make, size in cases:
         model, loss_fn, x, y = make()
-        label = f"{len(x)} rows in micro-batches of at most {size} ({loss_fn.__name__}, {type(model).__name__})"
+        label = _("{rows} rows in micro-batches of at most {size} ({loss}, {model})").format(
+            rows=len(x), size=size, loss=loss_fn.__name__, model=type(model).__name__)
         before = [p.detach().clone() for p in model.parameters()]
         events: list[object] = []
 
@@ -266,7 +275,8 @@ def check_accumulate(fn: Callable[..., None]) -> None:
 
         handle = model.register_forward_hook(record)
         try:
-            with learner_code(f"your function on {label}", causes=_CUT_OFF):
+            with learner_code(_("your function on {label}").format(label=label),
+                              causes={piece: _(cause) for piece, cause in _CUT_OFF.items()}):
                 fn(model, loss_fn, x, y, size)
         finally:
             handle.remove()
@@ -274,27 +284,31 @@ def check_accumulate(fn: Callable[..., None]) -> None:
         grads = [p.grad for p in model.parameters()]
         expect(
             all(g is not None for g in grads),
-            f"for {label}: no gradient reached the parameters. Call loss.backward() on each micro-batch's loss "
-            "(outside torch.no_grad(), and not on a detached loss)",
+            _("for {label}: no gradient reached the parameters. Call loss.backward() on each micro-batch's loss "
+              "(outside torch.no_grad(), and not on a detached loss)").format(label=label),
         )
         expect(
             all(torch.equal(p.detach(), b) for p, b in zip(model.parameters(), before, strict=True)),
-            f"for {label}: the parameters changed. Only accumulate the gradients: the optimizer steps later",
+            _("for {label}: the parameters changed. Only accumulate the gradients: the optimizer steps later").format(
+                label=label),
         )
         rows = [e for e in events if isinstance(e, int)]
         expect(
             max(rows, default=0) <= size,
-            f"for {label}: the model saw {max(rows, default=0)} rows in one call. Run it on micro-batches of at "
-            f"most {size} rows: x.split({size})",
+            _("for {label}: the model saw {rows} rows in one call. Run it on micro-batches of at "
+              "most {size} rows: x.split({size})").format(label=label, rows=max(rows, default=0), size=size),
         )
-        expect(sum(rows) == len(x), f"for {label}: the model saw {sum(rows)} rows in all, but the batch has {len(x)}")
+        expect(sum(rows) == len(x),
+               _("for {label}: the model saw {rows} rows in all, but the batch has {total}").format(
+                   label=label, rows=sum(rows), total=len(x)))
         calls = [e for e in events if e == "backward"]
         interleaved = all(events[i + 1] == "backward" for i, e in enumerate(events[:-1]) if isinstance(e, int))
         expect(
             len(calls) == len(rows) and interleaved and events[-1] == "backward",
-            f"for {label}: backward ran {len(calls)} time(s) after all {len(rows)} forward calls. Call backward on "
-            "each micro-batch's loss before the next forward: one backward on the summed losses keeps every "
-            "micro-batch's activations alive, which is what accumulation avoids",
+            _("for {label}: backward ran {backward} time(s) after all {forward} forward calls. Call backward on "
+              "each micro-batch's loss before the next forward: one backward on the summed losses keeps every "
+              "micro-batch's activations alive, which is what accumulation avoids").format(
+                  label=label, backward=len(calls), forward=len(rows)),
         )
 
         model_before = copy.deepcopy(model)
@@ -308,15 +322,18 @@ def check_accumulate(fn: Callable[..., None]) -> None:
             continue
         causes = [
             (_grads_of(model_before, loss_fn, pieces, [1.0] * len(pieces)),
-             "Each micro-batch's mean loss went to backward as it is, so the gradients add up to about "
-             f"{len(pieces)} times the batch's: scale each loss by its share of the rows, len(xb) / len(x)"),
+             _("Each micro-batch's mean loss went to backward as it is, so the gradients add up to about "
+               "{count} times the batch's: scale each loss by its share of the rows, len(xb) / len(x)").format(
+                   count=len(pieces))),
             (_grads_of(model_before, loss_fn, pieces, [1 / len(pieces)] * len(pieces)),
-             "Each loss was divided by the number of micro-batches, but they are not all the same size here: "
-             "scale each by its share of the rows, len(xb) / len(x)"),
+             _("Each loss was divided by the number of micro-batches, but they are not all the same size here: "
+               "scale each by its share of the rows, len(xb) / len(x)")),
             (_grads_of(model_before, loss_fn, pieces, shares, keep="last"),
-             "Only the last micro-batch's gradient is left: gradients add up in .grad by themselves, so do not "
-             "zero them (zero_grad) between micro-batches"),
+             _("Only the last micro-batch's gradient is left: gradients add up in .grad by themselves, so do not "
+               "zero them (zero_grad) between micro-batches")),
         ]
         cause = next((hint for got, hint in causes if _close(grads, got)), None)
-        expect(False, f"for {label}: the gradients differ from the whole batch's. " + (
-            cause or "The cause is unknown: compare with loss_fn(model(x), y).backward() on a copy of the model"))
+        expect(False, _("for {label}: the gradients differ from the whole batch's. {cause}").format(
+            label=label,
+            cause=cause or _("The cause is unknown: compare with loss_fn(model(x), y).backward() on a copy of the "
+                             "model")))

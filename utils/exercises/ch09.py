@@ -28,6 +28,7 @@ from torch.overrides import TorchFunctionMode
 
 from utils.checks import exercise, expect, learner_code
 from utils.fake_gpus import FakeGPUs, fake_gpus
+from utils.i18n import N_, _
 from utils.timing import HostReads
 
 __all__ = ["REASONS", "REPORT", "check_fixed_timer", "check_masked_mean", "check_report"]
@@ -42,7 +43,7 @@ def _cuda(i: int) -> torch.device:
 
 
 def _names(devices) -> str:
-    return ", ".join(str(d) for d in devices) or "no device"
+    return ", ".join(str(d) for d in devices) or _("no device")
 
 
 class _Step:
@@ -147,9 +148,9 @@ def _machine(count: int) -> Iterator[tuple[FakeGPUs, _CpuAsked]]:
         yield gpus, cpu
 
 
-_NO_GPU = ("it called synchronize on a machine without a GPU: with devices=[cpu] there is nothing to wait for; "
+_NO_GPU = N_("it called synchronize on a machine without a GPU: with devices=[cpu] there is nothing to wait for; "
            "synchronize only the CUDA devices in devices")
-_SKIP_CPU = ("torch.cuda.synchronize(d) accepts CUDA devices only: skip the CPU, whose work is finished when the "
+_SKIP_CPU = N_("torch.cuda.synchronize(d) accepts CUDA devices only: skip the CPU, whose work is finished when the "
              "call that issued it returns")
 
 
@@ -159,28 +160,32 @@ def _time_it(answer, gpus: FakeGPUs, cpu: _CpuAsked, step: _Step, devices: list[
     try:
         result = answer(step, devices, clock)
     except Exception:
-        with learner_code(f"calling time_on_devices(fn, {what}, clock)", _SKIP_CPU if cpu.asked else ""):
+        with learner_code(_("calling time_on_devices(fn, {devices}, clock)").format(devices=what),
+                          _(_SKIP_CPU) if cpu.asked else ""):
             raise
     expect(
         isinstance(result, int | float) and not isinstance(result, bool),
-        f"time_on_devices must return the seconds as a number, got {type(result).__name__}"
-        + (" (a Timing: return its .median)" if type(result).__name__ == "Timing" else ""),
+        (_("time_on_devices must return the seconds as a number, got {type} (a Timing: return its .median)")
+         if type(result).__name__ == "Timing" else
+         _("time_on_devices must return the seconds as a number, got {type}")).format(type=type(result).__name__),
     )
-    expect(math.isfinite(result), f"time_on_devices returned {result}: return a finite number of seconds")
-    expect(step.calls >= 1, "time_on_devices never called fn: call it, and time that call")
+    expect(math.isfinite(result),
+           _("time_on_devices returned {result}: return a finite number of seconds").format(result=result))
+    expect(step.calls >= 1, _("time_on_devices never called fn: call it, and time that call"))
     expect(
         gpus.synced != [],
-        "it never waits for a device, so the clock measured how fast Python launched the work, not the work "
-        "itself. Synchronize every device in devices before reading the clock.",
+        _("it never waits for a device, so the clock measured how fast Python launched the work, not the work "
+          "itself. Synchronize every device in devices before reading the clock."),
     )
     expect(
         len(clock.reads) >= 2,
-        "it does not read the time with clock(): use the clock the function is given (start = clock(), ..., "
-        "clock() - start); the check runs it on simulated GPUs with a simulated clock.",
+        _("it does not read the time with clock(): use the clock the function is given (start = clock(), ..., "
+          "clock() - start); the check runs it on simulated GPUs with a simulated clock."),
     )
     expect(
         result < 300 * step.one_call,
-        f"{result:g} for a call that takes {step.one_call * 1e3:.1f} ms: return seconds, not milliseconds",
+        _("{result} for a call that takes {ms} ms: return seconds, not milliseconds").format(
+            result=f"{result:g}", ms=f"{step.one_call * 1e3:.1f}"),
     )
     return float(result), clock
 
@@ -188,36 +193,45 @@ def _time_it(answer, gpus: FakeGPUs, cpu: _CpuAsked, step: _Step, devices: list[
 def _too_short(clock: _Clock, slow: torch.device, result: float, devices: list[torch.device]) -> str:
     after = clock.synced_after_last_call()
     strays = [d for d in dict.fromkeys(after) if d not in devices]
-    took = f"fn's slowest work takes {clock.step.one_call * 1e3:.1f} ms (on {slow}), and the time returned is " \
-           f"{result * 1e3:.1f} ms"
+    took = {"ms": f"{clock.step.one_call * 1e3:.1f}", "slow": slow, "got": f"{result * 1e3:.1f}"}
     if slow in after:
-        return f"{took}: start the clock before calling fn, and read it again after synchronizing."
+        return _("fn's slowest work takes {ms} ms (on {slow}), and the time returned is {got} ms: start the clock "
+                 "before calling fn, and read it again after synchronizing.").format(**took)
     if slow in clock.gpus.synced[clock.window()[1][1]:]:
-        return f"{took}: read the clock after synchronizing, not before."
+        return _("fn's slowest work takes {ms} ms (on {slow}), and the time returned is {got} ms: read the clock "
+                 "after synchronizing, not before.").format(**took)
     if not after:
-        return (f"{took}: it does not wait after fn, so the clock stopped when the work was launched. "
-                "Synchronize every device after fn too, then read the clock.")
+        return _("fn's slowest work takes {ms} ms (on {slow}), and the time returned is {got} ms: it does not wait "
+                 "after fn, so the clock stopped when the work was launched. Synchronize every device after fn too, "
+                 "then read the clock.").format(**took)
     if strays:
-        return (f"{took}: after fn it waited for {_names(strays)}, which devices [{_names(devices)}] does not hold, "
-                f"and not for {slow}. Synchronize each device d of devices itself, torch.cuda.synchronize(d): "
-                "its place in the list (enumerate(devices), range(len(devices))) is not its CUDA index, and a bare "
-                "torch.cuda.synchronize() waits for the current device (cuda:0) only.")
+        return _("fn's slowest work takes {ms} ms (on {slow}), and the time returned is {got} ms: after fn it "
+                 "waited for {strays}, which devices [{devices}] does not hold, and not for {slow}. Synchronize "
+                 "each device d of devices itself, torch.cuda.synchronize(d): its place in the list "
+                 "(enumerate(devices), range(len(devices))) is not its CUDA index, and a bare "
+                 "torch.cuda.synchronize() waits for the current device (cuda:0) only.").format(
+                     strays=_names(strays), devices=_names(devices), **took)
     if set(after) == {_cuda(0)}:
-        return (f"{took}: after fn it waited for cuda:0 only. torch.cuda.synchronize() without an argument "
-                "waits for the current device (cuda:0) only: synchronize every device d in devices.")
-    return (f"{took}: after fn it waited for {_names(dict.fromkeys(after))} but not for {slow}. "
-            "Synchronize every device in devices, whatever their number and order.")
+        return _("fn's slowest work takes {ms} ms (on {slow}), and the time returned is {got} ms: after fn it "
+                 "waited for cuda:0 only. torch.cuda.synchronize() without an argument waits for the current "
+                 "device (cuda:0) only: synchronize every device d in devices.").format(**took)
+    return _("fn's slowest work takes {ms} ms (on {slow}), and the time returned is {got} ms: after fn it waited "
+             "for {waited} but not for {slow}. Synchronize every device in devices, whatever their number and "
+             "order.").format(waited=_names(dict.fromkeys(after)), **took)
 
 
 def _too_long(clock: _Clock, devices: list[torch.device], result: float) -> str:
-    took = f"fn takes {clock.step.one_call * 1e3:.1f} ms, and the time returned is {result * 1e3:.1f} ms"
+    took = {"ms": f"{clock.step.one_call * 1e3:.1f}", "got": f"{result * 1e3:.1f}"}
     before = clock.synced_before_start()
     if before is not None and not set(before) >= {d for d in devices if d.type != "cpu"}:
-        return (f"{took}: the work of the call before (a warm-up) was still queued when the clock started. "
-                "Synchronize every device before starting the clock.")
+        return _("fn takes {ms} ms, and the time returned is {got} ms: the work of the call before (a warm-up) was "
+                 "still queued when the clock started. Synchronize every device before starting the clock."
+                 ).format(**took)
     if clock.timed_calls() > 1:
-        return f"{took}: return the time of one call (divide by the number of calls you timed)."
-    return f"{took}: time one call of fn, from a clock reading after synchronizing to one after synchronizing."
+        return _("fn takes {ms} ms, and the time returned is {got} ms: return the time of one call (divide by the "
+                 "number of calls you timed).").format(**took)
+    return _("fn takes {ms} ms, and the time returned is {got} ms: time one call of fn, from a clock reading after "
+             "synchronizing to one after synchronizing.").format(**took)
 
 
 @exercise("Exercise 1 · Fix this timing code")
@@ -239,22 +253,25 @@ def check_fixed_timer(time_on_devices: Callable[..., float]) -> None:
             devices = [_cuda(0), _cuda(1), _cuda(2)]
             result, clock = _time_it(time_on_devices, gpus, cpu, step, devices, "[cuda:0, cuda:1, cuda:2]")
             expect(result >= 0.9 * step.one_call, _too_short(clock, _cuda((k + 1) % 3), result, devices))
-            bare = " (a bare torch.cuda.synchronize() waits for cuda:0 only)" if k else ""
             expect(
                 result <= 1.1 * step.one_call,
-                f"fn takes {step.one_call * 1e3:.1f} ms, and the time returned is {result * 1e3:.1f} ms: 200 ms of "
-                f"work queued on cuda:{k} before the call were billed to fn. Synchronize every device in devices "
-                f"before starting the clock{bare}.",
+                (_("fn takes {ms} ms, and the time returned is {got} ms: 200 ms of work queued on cuda:{k} before the "
+                   "call were billed to fn. Synchronize every device in devices before starting the clock (a bare "
+                   "torch.cuda.synchronize() waits for cuda:0 only).") if k else
+                 _("fn takes {ms} ms, and the time returned is {got} ms: 200 ms of work queued on cuda:{k} before the "
+                   "call were billed to fn. Synchronize every device in devices before starting the clock.")
+                 ).format(ms=f"{step.one_call * 1e3:.1f}", got=f"{result * 1e3:.1f}", k=k),
             )
     # 3. The first call pays a one-time cost (think: CUDA context, cuBLAS handle) that is not fn's time.
     with _machine(3) as (gpus, cpu):
         step = _Step(gpus, {0: 0.010}, first_call=0.5)
-        result, _ = _time_it(time_on_devices, gpus, cpu, step, [_cuda(0)], "[cuda:0]")
+        result, _clock = _time_it(time_on_devices, gpus, cpu, step, [_cuda(0)], "[cuda:0]")
         expect(
             result <= 1.1 * step.one_call,
-            f"fn's first call pays a one-time cost of 500 ms, later calls take {step.one_call * 1e3:.1f} ms, and "
-            f"the time returned is {result * 1e3:.1f} ms: it includes the warm-up. Call fn once before starting "
-            "the clock, and do not time that call.",
+            _("fn's first call pays a one-time cost of 500 ms, later calls take {ms} ms, and "
+              "the time returned is {got} ms: it includes the warm-up. Call fn once before starting "
+              "the clock, and do not time that call.").format(ms=f"{step.one_call * 1e3:.1f}",
+                                                               got=f"{result * 1e3:.1f}"),
         )
     # 4. The CPU first or last among the devices: nothing to wait for, and CUDA must not be asked to. And one GPU
     #    that is not cuda:0, at any place in the list: a GPU is named by its index, not by its place.
@@ -265,15 +282,15 @@ def check_fixed_timer(time_on_devices: Callable[..., float]) -> None:
             result, clock = _time_it(time_on_devices, gpus, cpu, step, devices, f"[{_names(devices)}]")
             expect(result >= 0.9 * step.one_call, _too_short(clock, slow, result, devices))
     # 5. A machine without a GPU, and CPU work only: no CUDA call at all.
-    with _machine(0) as (gpus, _):
+    with _machine(0) as (gpus, _cpu):
         step = _Step(gpus, {}, host=0.003)  # CPU work only: done when fn returns
         clock = _Clock(gpus, step)
-        with learner_code("calling time_on_devices(fn, [cpu], clock) on a machine without a GPU",
-                          causes={"synchronize called, but this (fake) machine has no": _NO_GPU}):
+        with learner_code(_("calling time_on_devices(fn, [cpu], clock) on a machine without a GPU"),
+                          causes={"synchronize called, but this (fake) machine has no": _(_NO_GPU)}):
             result = time_on_devices(step, [CPU], clock)
         expect(isinstance(result, int | float) and abs(result - 0.003) < 3e-4,
-               f"fn spends 3 ms on the CPU, and with devices=[cpu] the time returned is {result!r}: read the clock "
-               "just before calling fn and again after it")
+               _("fn spends 3 ms on the CPU, and with devices=[cpu] the time returned is {result}: read the clock "
+                 "just before calling fn and again after it").format(result=repr(result)))
 
 
 # --- Exercise 2 · which rows can you trust? --------------------------------------------------------
@@ -303,21 +320,21 @@ REASONS: dict[str, str] = {
 _EXPECTED = {"A": "warm-up", "B": "launch", "C": "ok", "D": "current-device", "E": "ok", "F": "earlier-work"}
 
 _HINTS = {
-    ("A", "ok"): "A is the first call ever: a steady-state step does not pay for creating the CUDA context and "
-                 "cuBLAS handles again.",
-    ("A", None): "A waited for both devices, and its label says what makes it slow: the first call ever.",
-    ("B", "ok"): "B never synchronized: 0.21 ms is how long Python took to launch the work.",
-    ("B", None): "B's label says no synchronization: what does a stopwatch around launches measure?",
-    ("C", None): "C follows every rule: 4 chunks of 10 ms on one GPU take 40 ms.",
-    ("D", "ok"): "D reports 10 ms although cuda:1 had 3 chunks, 30 ms of work, and E with 2 + 2 chunks takes 20 ms. "
-                 "Which device does torch.cuda.synchronize() without an argument wait for?",
-    ("D", "launch"): "D did wait for something: 10 ms is one chunk of work, fifty times the launches of B.",
-    ("D", "warm-up"): "a one-time cost would make D larger, not smaller, and D was measured after warm-up.",
-    ("D", "earlier-work"): "earlier work would make D larger, not smaller than what its GPUs had to do.",
-    ("E", None): "E is consistent: two chunks on each GPU, both working at once, take 20 ms.",
-    ("F", "ok"): "F took 70 ms for 20 ms of work per GPU: what was still queued on cuda:1 when the clock started?",
-    ("F", None): "F synchronized each device after the step, so nothing was missed at the end: the extra 50 ms "
-                 "come from before it.",
+    ("A", "ok"): N_("A is the first call ever: a steady-state step does not pay for creating the CUDA context and "
+                    "cuBLAS handles again."),
+    ("A", None): N_("A waited for both devices, and its label says what makes it slow: the first call ever."),
+    ("B", "ok"): N_("B never synchronized: 0.21 ms is how long Python took to launch the work."),
+    ("B", None): N_("B's label says no synchronization: what does a stopwatch around launches measure?"),
+    ("C", None): N_("C follows every rule: 4 chunks of 10 ms on one GPU take 40 ms."),
+    ("D", "ok"): N_("D reports 10 ms although cuda:1 had 3 chunks, 30 ms of work, and E with 2 + 2 chunks takes 20 ms. "
+                    "Which device does torch.cuda.synchronize() without an argument wait for?"),
+    ("D", "launch"): N_("D did wait for something: 10 ms is one chunk of work, fifty times the launches of B."),
+    ("D", "warm-up"): N_("a one-time cost would make D larger, not smaller, and D was measured after warm-up."),
+    ("D", "earlier-work"): N_("earlier work would make D larger, not smaller than what its GPUs had to do."),
+    ("E", None): N_("E is consistent: two chunks on each GPU, both working at once, take 20 ms."),
+    ("F", "ok"): N_("F took 70 ms for 20 ms of work per GPU: what was still queued on cuda:1 when the clock started?"),
+    ("F", None): N_("F synchronized each device after the step, so nothing was missed at the end: the extra 50 ms "
+                    "come from before it."),
 }
 
 
@@ -326,33 +343,38 @@ def check_report(answer: Callable[[], tuple[dict[str, str], float]]) -> None:
     """``answer()`` returns ``(verdicts, should_be_ms)``: a key of ``REASONS`` for every row of ``REPORT``,
     and the milliseconds that D, the one row that synchronized yet reports less than its step takes, should
     show."""
-    with learner_code("calling your answer()"):
+    with learner_code(_("calling your answer()")):
         result = answer()
     expect(
         isinstance(result, tuple) and len(result) == 2,
-        "return a tuple (verdicts, should_be_ms), e.g. ({'A': 'warm-up', 'B': ..., ...}, 12.0)",
+        _("return a tuple (verdicts, should_be_ms), e.g. ({{'A': 'warm-up', 'B': ..., ...}}, 12.0)").format(),
     )
     verdicts, should_be = result
-    expect(isinstance(verdicts, dict), f"verdicts must be a dict from row to reason, got {type(verdicts).__name__}")
+    expect(isinstance(verdicts, dict),
+           _("verdicts must be a dict from row to reason, got {type}").format(type=type(verdicts).__name__))
     expect(set(verdicts) == set(REPORT),
-           f"give a verdict for every row {sorted(REPORT)}, got {sorted(verdicts, key=repr)}")
+           _("give a verdict for every row {rows}, got {given}").format(rows=sorted(REPORT),
+                                                                       given=sorted(verdicts, key=repr)))
     for row in REPORT:
         reason = verdicts[row]
         expect(
             isinstance(reason, str),
-            f"row {row}: give one key of REASONS, a string such as 'ok', not a {type(reason).__name__} ({reason!r})",
+            _("row {row}: give one key of REASONS, a string such as 'ok', not a {type} ({reason})").format(
+                row=row, type=type(reason).__name__, reason=repr(reason)),
         )
-        expect(reason in REASONS, f"row {row}: {reason!r} is not one of the REASONS {sorted(REASONS)}")
+        expect(reason in REASONS, _("row {row}: {reason} is not one of the REASONS {reasons}").format(
+            row=row, reason=repr(reason), reasons=sorted(REASONS)))
         if reason != _EXPECTED[row]:
-            expect(False, f"row {row}: " + _HINTS.get((row, reason), _HINTS.get((row, None), "look again.")))
+            hint = _HINTS.get((row, reason), _HINTS.get((row, None)))
+            expect(False, _("row {row}: {hint}").format(row=row, hint=_(hint) if hint else _("look again.")))
     expect(
         isinstance(should_be, int | float) and not isinstance(should_be, bool),
-        f"should_be_ms must be a number of milliseconds, got {type(should_be).__name__}",
+        _("should_be_ms must be a number of milliseconds, got {type}").format(type=type(should_be).__name__),
     )
     expect(
         27.0 <= should_be <= 34.0,
-        f"{should_be} ms is not what D should show: both GPUs work at the same time, so the step ends when the "
-        "busier one finishes. How long does cuda:1 need for its chunks?",
+        _("{ms} ms is not what D should show: both GPUs work at the same time, so the step ends when the "
+          "busier one finishes. How long does cuda:1 need for its chunks?").format(ms=should_be),
     )
 
 
@@ -402,7 +424,7 @@ def _sync_errors(device: torch.device) -> Iterator[None]:
         torch.cuda.set_sync_debug_mode(before)
 
 
-_NEEDS_HOST = (
+_NEEDS_HOST = N_(
     "needs the values on the host. On a GPU the host then waits for the device: a hidden synchronization. "
     "Keep every shape fixed and every value on the device: torch.where(mask, x, 0) or x * mask, then sums."
 )
@@ -426,63 +448,74 @@ def check_masked_mean(masked_mean: Callable[[torch.Tensor, torch.Tensor], torch.
     for x_ref, mask_ref in _CASES:
         batch, n = x_ref.shape
         x, mask = _place(x_ref, device), _place(mask_ref, device)
-        with learner_code(f"calling masked_mean(x, mask) on a {_shape(x_ref)} batch"):
+        with learner_code(_("calling masked_mean(x, mask) on a {shape} batch").format(shape=_shape(x_ref))):
             out = masked_mean(x, mask)
-        expect(isinstance(out, torch.Tensor), f"return a tensor, got {type(out).__name__}")
+        expect(isinstance(out, torch.Tensor), _("return a tensor, got {type}").format(type=type(out).__name__))
         inputs = (("x", x, x_ref), ("mask", mask, mask_ref))
         changed = [name for name, t, ref in inputs if not torch.equal(t.cpu(), ref)]
-        expect(not changed, f"masked_mean changed {' and '.join(changed)} in place: compute a new tensor and "
-                            "leave the inputs as they were")
-        expect(out.device == x.device, f"the result is on {out.device}, the input on {x.device}: keep it on x's device")
+        expect(not changed, (_("masked_mean changed x and mask in place: compute a new tensor and leave the inputs "
+                               "as they were") if len(changed) == 2 else
+                             _("masked_mean changed {name} in place: compute a new tensor and leave the inputs as "
+                               "they were").format(name=changed[0] if changed else "")))
+        expect(out.device == x.device,
+               _("the result is on {device}, the input on {input}: keep it on x's device").format(
+                   device=out.device, input=x.device))
         if batch == 1 and out.shape == ():
-            seen = "the batch dim is gone: a batch of one row still needs a result of shape (1,)"
+            seen = _("the batch dim is gone: a batch of one row still needs a result of shape (1,)")
         elif out.shape == ():
-            seen = "one number for the whole batch: reduce over the last dim only"
+            seen = _("one number for the whole batch: reduce over the last dim only")
         else:
-            seen = f"one mean per row, shape ({batch},)"
-        expect(out.shape == (batch,), f"x has shape {_shape(x_ref)} and the result {_shape(out)}: {seen}")
-        expect(out.is_floating_point(), f"the means must be floating point, got {out.dtype}")
+            seen = _("one mean per row, shape ({batch},)").format(batch=batch)
+        expect(out.shape == (batch,), _("x has shape {shape} and the result {result}: {cause}").format(
+            shape=_shape(x_ref), result=_shape(out), cause=seen))
+        expect(out.is_floating_point(), _("the means must be floating point, got {dtype}").format(dtype=out.dtype))
         got, want = out.detach().cpu().tolist(), _reference(x_ref, mask_ref)
         for row, keep in enumerate(mask_ref.tolist()):
             expect(
                 any(keep) or not math.isnan(got[row]),
-                f"row {row} of the {_shape(x_ref)} batch has no True entry and its mean came out nan (0 / 0): divide "
-                "by the count clamped to at least 1, or use torch.where, so such a row gives 0",
+                _("row {row} of the {shape} batch has no True entry and its mean came out nan (0 / 0): divide "
+                  "by the count clamped to at least 1, or use torch.where, so such a row gives 0").format(
+                      row=row, shape=_shape(x_ref)),
             )
         divided_by_n = (torch.where(mask_ref, x_ref, 0.0).sum(-1) / n).tolist()
         expect(
             not all(math.isclose(g, d, abs_tol=1e-5) for g, d in zip(got, divided_by_n, strict=True)),
-            f"in the {_shape(x_ref)} batch it divides every row by its length ({n}): divide by the number of True "
-            "entries in the row instead",
+            _("in the {shape} batch it divides every row by its length ({n}): divide by the number of True "
+              "entries in the row instead").format(shape=_shape(x_ref), n=n),
         )
         for row, (g, w) in enumerate(zip(got, want, strict=True)):
             expect(math.isclose(g, w, abs_tol=1e-5),
-                   f"row {row} of the {_shape(x_ref)} batch should have mean {w:g}, got {g:g}")
+                   _("row {row} of the {shape} batch should have mean {expected}, got {got}").format(
+                       row=row, shape=_shape(x_ref), expected=f"{w:g}", got=f"{g:g}"))
     # What needs the values on the host (on a GPU, each such call waits for the device), and tensors made
     # on the default device instead of x's (on a CPU-only machine both are the CPU; on a GPU they are not).
     # Watched on CPU copies, so that the verdict and its words are the same on a CPU and on a GPU.
     for x_ref, mask_ref in _CASES:
-        with learner_code(f"calling masked_mean(x, mask) again on a {_shape(x_ref)} batch, watching what it asks "
-                          "of the host"), HostReads() as reads, _DefaultDeviceFactories() as made:
+        with learner_code(_("calling masked_mean(x, mask) again on a {shape} batch, watching what it asks "
+                            "of the host").format(shape=_shape(x_ref))), HostReads() as reads, \
+                _DefaultDeviceFactories() as made:
             masked_mean(x_ref.clone(), mask_ref.clone())
-        expect(not reads, f"it calls {', '.join(dict.fromkeys(reads))}, which {_NEEDS_HOST}")
-        expect(not made, f"it creates a tensor with {made[0] if made else ''} and no device=: that lands on the "
-                         "default device (the CPU), not on x's device. Pass device=x.device, or build it from x "
-                         "(torch.zeros_like, x.new_zeros)")
+        expect(not reads, _("it calls {calls}, which {cause}").format(calls=", ".join(dict.fromkeys(reads)),
+                                                                      cause=_(_NEEDS_HOST)))
+        expect(not made, _("it creates a tensor with {call} and no device=: that lands on the "
+                           "default device (the CPU), not on x's device. Pass device=x.device, or build it from x "
+                           "(torch.zeros_like, x.new_zeros)").format(call=made[0] if made else ""))
     # On a GPU: the synchronizations HostReads does not list.
     if device.type == "cuda":
         for x_ref, mask_ref in _CASES:
             x, mask = _place(x_ref, device), _place(mask_ref, device)
-            with learner_code(f"calling masked_mean(x, mask) on {device.type} under "
-                              "torch.cuda.set_sync_debug_mode('error')"), _sync_errors(device):
+            with learner_code(_("calling masked_mean(x, mask) on {device} under "
+                                "torch.cuda.set_sync_debug_mode('error')").format(device=device.type)), \
+                    _sync_errors(device):
                 try:
                     masked_mean(x, mask)
                 except RuntimeError as err:
                     if "synchroniz" not in str(err):
                         raise
-                    expect(False, "on the GPU, under torch.cuda.set_sync_debug_mode('error'), a call it makes "
-                                  "synchronized with the host. HostReads listed none of its calls, so which one "
-                                  f"it was is unknown here; the error said: {err}. That call {_NEEDS_HOST}")
+                    expect(False, _("on the GPU, under torch.cuda.set_sync_debug_mode('error'), a call it makes "
+                                    "synchronized with the host. HostReads listed none of its calls, so which one "
+                                    "it was is unknown here; the error said: {error}. That call {cause}").format(
+                                        error=err, cause=_(_NEEDS_HOST)))
 
 
 class _DefaultDeviceFactories(TorchFunctionMode):

@@ -22,6 +22,7 @@ from torch import nn
 
 from utils._validate import check_int
 from utils.checks import exercise, expect, learner_code
+from utils.i18n import _
 
 __all__ = [
     "RecordingDDP",
@@ -82,31 +83,34 @@ _NUMBER_CASES = [(10_000, 4, 32), (64, 2, 8), (64, 1, 16), (48, 2, 8), (100, 4, 
 def check_ddp_numbers(ddp_numbers: Callable[[int, int, int], tuple[int, int]]) -> None:
     """``ddp_numbers(n_samples, world_size, batch_size)`` returns ``(global_batch, steps_per_epoch)``."""
     for n, world, batch in _NUMBER_CASES:
-        with learner_code(f"calling ddp_numbers({n}, {world}, {batch})",
-                          "compute both numbers from the three ints (math.ceil for rounding up)"):
+        with learner_code(_("calling ddp_numbers({n}, {world}, {batch})").format(n=n, world=world, batch=batch),
+                          _("compute both numbers from the three ints (math.ceil for rounding up)")):
             got = ddp_numbers(n, world, batch)
         expect(
             isinstance(got, tuple) and len(got) == 2 and all(_is_int(v) for v in got),
-            f"return a tuple of two ints (global_batch, steps_per_epoch); ddp_numbers({n}, {world}, {batch}) "
-            f"returned {got!r}",
+            _("return a tuple of two ints (global_batch, steps_per_epoch); ddp_numbers({n}, {world}, {batch}) "
+              "returned {got}").format(n=n, world=world, batch=batch, got=repr(got)),
         )
         want_batch, want_steps = true_ddp_numbers(n, world, batch)
         expect(
             got[0] == want_batch,
-            f"{world} processes with --batch-size {batch}: one optimizer step averages the gradients of "
-            f"{want_batch} samples, not {got[0]}. --batch-size is per process.",
+            _("{world} processes with --batch-size {batch}: one optimizer step averages the gradients of "
+              "{want} samples, not {got}. --batch-size is per process.").format(
+                  world=world, batch=batch, want=want_batch, got=got[0]),
         )
         expect(
             got[1] <= want_steps or n % want_batch,
-            f"{n} samples make exactly {want_steps} global batches of {want_batch}: nothing is left over, so there "
-            f"is no extra step ({want_steps} steps per epoch, not {got[1]}). Round up with math.ceil: int(x) + 1 "
-            "adds a step when x is whole, and so does round(x + 0.5) for odd x (Python rounds halves to even)",
+            _("{n} samples make exactly {steps} global batches of {batch}: nothing is left over, so there "
+              "is no extra step ({steps} steps per epoch, not {got}). Round up with math.ceil: int(x) + 1 "
+              "adds a step when x is whole, and so does round(x + 0.5) for odd x (Python rounds halves to even)"
+              ).format(n=n, steps=want_steps, batch=want_batch, got=got[1]),
         )
         expect(
             got[1] == want_steps,
-            f"{n} samples, {world} processes, batch {batch}: each process gets ceil({n}/{world}) samples "
-            f"(the sampler pads the shards to equal length by repeating samples) and a last partial batch "
-            f"still counts as a step, so {want_steps} steps per epoch, not {got[1]}",
+            _("{n} samples, {world} processes, batch {batch}: each process gets ceil({n}/{world}) samples "
+              "(the sampler pads the shards to equal length by repeating samples) and a last partial batch "
+              "still counts as a step, so {steps} steps per epoch, not {got}").format(
+                  n=n, world=world, batch=batch, steps=want_steps, got=got[1]),
         )
 
 
@@ -123,8 +127,9 @@ def _shards_of(answer: Callable[..., list[list[int]]], n: int, world: int, epoch
     shards = []
     for rank in range(world):
         with learner_code(
-            f"calling epoch_shards({n}, {world}, {rank}, {epochs}, {seed})",
-            "no process group exists here: give DistributedSampler num_replicas=world_size and rank=rank",
+            _("calling epoch_shards({n}, {world}, {rank}, {epochs}, {seed})").format(
+                n=n, world=world, rank=rank, epochs=epochs, seed=seed),
+            _("no process group exists here: give DistributedSampler num_replicas=world_size and rank=rank"),
         ):
             per_epoch = answer(n, world, rank, epochs, seed)
         if isinstance(per_epoch, list):  # a tuple of ints is as good as a list
@@ -133,9 +138,13 @@ def _shards_of(answer: Callable[..., list[list[int]]], n: int, world: int, epoch
             isinstance(per_epoch, list)
             and len(per_epoch) == epochs
             and all(isinstance(e, list) and all(_is_int(i) for i in e) for e in per_epoch),
-            f"rank {rank}: return a list with one list of int indices per epoch ({epochs} epochs), such as "
-            f"list(sampler) or tensor.tolist(); got {_nesting(per_epoch)}"
-            + (f" ({len(per_epoch)} of them)" if isinstance(per_epoch, list) and len(per_epoch) != epochs else ""),
+            (_("rank {rank}: return a list with one list of int indices per epoch ({epochs} epochs), such as "
+               "list(sampler) or tensor.tolist(); got {nesting} ({count} of them)")
+             if isinstance(per_epoch, list) and len(per_epoch) != epochs else
+             _("rank {rank}: return a list with one list of int indices per epoch ({epochs} epochs), such as "
+               "list(sampler) or tensor.tolist(); got {nesting}")).format(
+                 rank=rank, epochs=epochs, nesting=_nesting(per_epoch),
+                 count=len(per_epoch) if isinstance(per_epoch, list) else 0),
         )
         shards.append(per_epoch)
     return shards
@@ -156,37 +165,39 @@ def check_epoch_shards(epoch_shards: Callable[[int, int, int, int, int], list[li
             sizes = [len(shards[rank][epoch]) for rank in range(world)]
             expect(
                 sizes == [per_rank] * world,
-                f"{n} samples on {world} ranks, epoch {epoch}: every rank must get ceil({n}/{world}) = "
-                f"{per_rank} indices (got {sizes}). The sampler pads uneven data by repeating the first "
-                "indices of the shuffled list, so that every rank takes the same number of steps; keep "
-                "drop_last=False as the task's training loop does",
+                _("{n} samples on {world} ranks, epoch {epoch}: every rank must get ceil({n}/{world}) = "
+                  "{per_rank} indices (got {sizes}). The sampler pads uneven data by repeating the first "
+                  "indices of the shuffled list, so that every rank takes the same number of steps; keep "
+                  "drop_last=False as the task's training loop does").format(
+                      n=n, world=world, epoch=epoch, per_rank=per_rank, sizes=sizes),
             )
             expect(
                 world == 1 or any(shards[rank][epoch] != shards[0][epoch] for rank in range(1, world)),
-                f"{n} samples on {world} ranks, epoch {epoch}: every rank got the same indices, "
-                f"{shards[0][epoch]}, so the ranks all train on one shard. The rank was not used: pass "
-                "rank=rank to DistributedSampler, next to num_replicas=world_size",
+                _("{n} samples on {world} ranks, epoch {epoch}: every rank got the same indices, "
+                  "{indices}, so the ranks all train on one shard. The rank was not used: pass "
+                  "rank=rank to DistributedSampler, next to num_replicas=world_size").format(
+                      n=n, world=world, epoch=epoch, indices=shards[0][epoch]),
             )
             seen = {i for rank in range(world) for i in shards[rank][epoch]}
             expect(
                 seen == set(range(n)),
-                f"epoch {epoch}: the {world} ranks together must see every one of the {n} samples. Overlapping "
-                "shards mean the ranks shuffled differently: every rank must use the same seed and the same epoch "
-                "number (only rank differs).",
+                _("epoch {epoch}: the {world} ranks together must see every one of the {n} samples. Overlapping "
+                  "shards mean the ranks shuffled differently: every rank must use the same seed and the same "
+                  "epoch number (only rank differs).").format(epoch=epoch, world=world, n=n),
             )
         expect(
             all(shards[rank][0] != shards[rank][1] for rank in range(world)),
-            "every epoch repeats the first epoch's order: shuffle (shuffle=True) and call "
-            "sampler.set_epoch(epoch) at the start of each epoch, so that the order changes every epoch "
-            "(and stays the same on every rank)",
+            _("every epoch repeats the first epoch's order: shuffle (shuffle=True) and call "
+              "sampler.set_epoch(epoch) at the start of each epoch, so that the order changes every epoch "
+              "(and stays the same on every rank)"),
         )
         for rank in range(world):
             expect(
                 shards[rank] == want[rank],
-                f"{n} samples, {world} ranks: rank {rank} does not see what DistributedSampler(dataset, "
-                "num_replicas, rank, shuffle=True, seed=seed) gives with set_epoch(0), set_epoch(1), ...: "
-                "use the sampler, its seed and its epoch numbers as they are, so that a resumed run can "
-                "reproduce them",
+                _("{n} samples, {world} ranks: rank {rank} does not see what DistributedSampler(dataset, "
+                  "num_replicas, rank, shuffle=True, seed=seed) gives with set_epoch(0), set_epoch(1), ...: "
+                  "use the sampler, its seed and its epoch numbers as they are, so that a resumed run can "
+                  "reproduce them").format(n=n, world=world, rank=rank),
             )
 
 
@@ -308,9 +319,9 @@ def check_accumulate_step(accumulate_step: Callable[..., object], device: torch.
         log: list = []
         ddp, optimizer = RecordingDDP(model, log), RecordingSGD(model.parameters(), 0.1, log)
         with learner_code(
-            f"calling accumulate_step(ddp, optimizer, loss_fn, micro_batches) with {k} micro-batch(es)",
-            "call ddp(x) for the forward, loss_fn(output, y) for the loss, and ddp.no_sync() as a context "
-            "manager (`with ddp.no_sync(): ...`)",
+            _("calling accumulate_step(ddp, optimizer, loss_fn, micro_batches) with {k} micro-batch(es)").format(k=k),
+            _("call ddp(x) for the forward, loss_fn(output, y) for the loss, and ddp.no_sync() as a context "
+              "manager (`with ddp.no_sync(): ...`)"),
         ):
             accumulate_step(ddp, optimizer, loss_fn, [(x.clone(), y.clone()) for x, y in batches])
         forwards = [synced for what, synced in log if what == "forward"]
@@ -318,68 +329,70 @@ def check_accumulate_step(accumulate_step: Callable[..., object], device: torch.
         steps = [i for i, (what, _) in enumerate(log) if what == "step"]
         expect(
             any(ddp.via_wrapper),
-            "the model was never called through the DDP wrapper: call ddp(x), not ddp.module(x) (the module "
-            "alone never all-reduces)",
+            _("the model was never called through the DDP wrapper: call ddp(x), not ddp.module(x) (the module "
+              "alone never all-reduces)"),
         )
         expect(
             len(forwards) == k and len(backwards) == k,
-            f"{k} micro-batch(es) need {k} forward and {k} backward passes, one each; got {len(forwards)} "
-            f"forward(s) and {len(backwards)} backward(s)",
+            _("{k} micro-batch(es) need {k} forward and {k} backward passes, one each; got {forwards} "
+              "forward(s) and {backwards} backward(s)").format(k=k, forwards=len(forwards), backwards=len(backwards)),
         )
         kinds = [what for what, _ in log if what in ("forward", "backward")]
         expect(
             kinds == ["forward", "backward"] * k,
-            "run each micro-batch's backward right after its forward: keeping every micro-batch's graph until "
-            "one backward at the end costs the memory that accumulation is meant to save",
+            _("run each micro-batch's backward right after its forward: keeping every micro-batch's graph until "
+              "one backward at the end costs the memory that accumulation is meant to save"),
         )
         expect(
             len(steps) == 1 and steps[0] > max(i for i, (what, _) in enumerate(log) if what == "backward"),
-            f"call optimizer.step() exactly once, after the last micro-batch's backward (it was called "
-            f"{len(steps)} time(s))",
+            _("call optimizer.step() exactly once, after the last micro-batch's backward (it was called "
+              "{count} time(s))").format(count=len(steps)),
         )
         expect(
             forwards[-1] or ddp.via_wrapper[-1],
-            "the last micro-batch's forward bypassed the wrapper (ddp.module(x)): its backward does not "
-            "all-reduce, so every rank steps with its own gradients. Call ddp(x) for the last micro-batch, "
-            "outside no_sync()",
+            _("the last micro-batch's forward bypassed the wrapper (ddp.module(x)): its backward does not "
+              "all-reduce, so every rank steps with its own gradients. Call ddp(x) for the last micro-batch, "
+              "outside no_sync()"),
         )
         expect(
             forwards[-1] or not any(forwards),
-            "a micro-batch before the last set up the all-reduce, and the last ran inside no_sync() (or with "
-            "require_backward_grad_sync False): the gradients accumulated after the all-reduce stay on their "
-            "rank. Run the first K-1 micro-batches inside no_sync() and the last one outside",
+            _("a micro-batch before the last set up the all-reduce, and the last ran inside no_sync() (or with "
+              "require_backward_grad_sync False): the gradients accumulated after the all-reduce stay on their "
+              "rank. Run the first K-1 micro-batches inside no_sync() and the last one outside"),
         )
         expect(
             forwards[-1],
-            "the last micro-batch ran inside no_sync() (or with require_backward_grad_sync False): then no "
-            "backward all-reduces and every rank steps with its own gradients. Run the last micro-batch outside "
-            "no_sync()",
+            _("the last micro-batch ran inside no_sync() (or with require_backward_grad_sync False): then no "
+              "backward all-reduces and every rank steps with its own gradients. Run the last micro-batch outside "
+              "no_sync()"),
         )
         expect(
             not any(forwards[:-1]),
-            "a micro-batch before the last set up an all-reduce. DDP decides in forward whether the backward "
-            "all-reduces: run the forward of each of the first K-1 micro-batches inside `with ddp.no_sync():` "
-            "(entering no_sync() only around the backward is too late)",
+            _("a micro-batch before the last set up an all-reduce. DDP decides in forward whether the backward "
+              "all-reduces: run the forward of each of the first K-1 micro-batches inside `with ddp.no_sync():` "
+              "(entering no_sync() only around the backward is too late)"),
         )
         got = optimizer.stepped_with[0]
         expect(
             isinstance(loss_fn, nn.MSELoss) or not _same(got, mse),
-            f"loss_fn was {loss_fn}, and the step used the gradient of a mean squared error instead: compute "
-            "each micro-batch's loss with loss_fn(ddp(x), y), the loss function you are given",
+            _("loss_fn was {loss_fn}, and the step used the gradient of a mean squared error instead: compute "
+              "each micro-batch's loss with loss_fn(ddp(x), y), the loss function you are given").format(
+                  loss_fn=loss_fn),
         )
         expect(
             not _same(got, [w * k for w in want]) or k == 1,
-            f"the step used {k} times the mean gradient: divide each micro-batch's loss by the number of "
-            f"micro-batches ({k}) before backward, so that the accumulated sum is the mean over all samples",
+            _("the step used {k} times the mean gradient: divide each micro-batch's loss by the number of "
+              "micro-batches ({k}) before backward, so that the accumulated sum is the mean over all samples"
+              ).format(k=k),
         )
         expect(
             not _same(got, last_only) or k == 1,
-            "only the last micro-batch's gradient reached the step: zero the gradients once, before the first "
-            "micro-batch, not inside the loop",
+            _("only the last micro-batch's gradient reached the step: zero the gradients once, before the first "
+              "micro-batch, not inside the loop"),
         )
         expect(
             _same(got, want),
-            "the gradient the step used is not the mean gradient over all the window's samples. Start with "
-            "optimizer.zero_grad() (the gradients may hold leftovers from an earlier pass) and divide each "
-            "micro-batch's mean loss by the number of micro-batches",
+            _("the gradient the step used is not the mean gradient over all the window's samples. Start with "
+              "optimizer.zero_grad() (the gradients may hold leftovers from an earlier pass) and divide each "
+              "micro-batch's mean loss by the number of micro-batches"),
         )
