@@ -73,6 +73,15 @@ def test_no_english_sentence_left(path):
     assert not left, f"{path.name}: English left as the translation of {left[:5]}"
 
 
+def test_hints_keep_their_placeholders():
+    """A message of ``utils`` is filled in with ``.format``: its translation has the same ``{placeholders}``."""
+    problems = []
+    for e in _entries(translate.catalogue_path(translate.UTILS_CATALOGUE)):
+        if e.msgstr and sorted(re.findall(r"\{\w*\}", e.msgid)) != sorted(re.findall(r"\{\w*\}", e.msgstr)):
+            problems.append(f"{e.msgid[:60]!r} -> {e.msgstr[:60]!r}")
+    assert not problems, "\n".join(problems[:10])
+
+
 def _stray_asterisks(markdown: str) -> int:
     """Asterisks left in the text once Markdown is rendered (by mistune, nbconvert's renderer): emphasis that did
     not parse. ``**错误。**正文`` leaves four: CommonMark does not close a run after punctuation and before a
@@ -92,7 +101,8 @@ def test_emphasis_renders(path):
 
 
 def _code_without_comments(source: str):
-    lines = ["pass" if line.lstrip().startswith(("%", "!")) else line for line in source.split("\n")]
+    lines = [line[: len(line) - len(line.lstrip())] + "pass" if line.lstrip().startswith(("%", "!")) else line
+             for line in source.split("\n")]
     return ast.dump(ast.parse("\n".join(lines)))
 
 
@@ -105,8 +115,7 @@ LANGUAGE_LINES = re.compile(r'^(from utils import set_language|set_language\("zh
 def test_edition_has_the_english_code_and_outputs(ch, language):
     english = nbformat.read(ch.path, as_version=4)
     edition = nbformat.read(ch.path_in(language), as_version=4)
-    printed = {e.msgid: e.msgstr for e in translate.language_catalogue(
-        translate.load_catalogue(translate.UTILS_CATALOGUE), language) if e.msgstr}
+    printed = translate.printed_table(translate.load_catalogue(translate.UTILS_CATALOGUE), language)
     assert [c.cell_type for c in edition.cells] == [c.cell_type for c in english.cells]
     for en, zh in zip(english.cells, edition.cells, strict=True):
         same = {k: v for k, v in zh.metadata.items() if k != "slideshow"} == {

@@ -321,7 +321,7 @@ def chinese_editions(chapters, english: dict | None = None) -> dict[Path, str | 
     for language in LANGUAGES[1:]:
         path, mo = translate.compiled_catalogue(utils_po, language)
         files[path] = mo
-        printed[language] = {e.msgid: e.msgstr for e in translate.language_catalogue(utils_po, language) if e.msgstr}
+        printed[language] = translate.printed_table(utils_po, language)
     for ch in chapters:
         source = (english or {}).get(ch.number) or synced(ch, nbformat.read(ch.path, as_version=4))
         old = translate.load_catalogue(ch.path.stem)

@@ -14,11 +14,11 @@ them).
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 import tempfile
 import tokenize
-import functools
 from functools import cache
 from pathlib import Path
 
@@ -346,6 +346,12 @@ def translate_printed(text: str, table: dict[str, str], patterns: list) -> str:
             values = {k: translate_printed(v, table, patterns) for k, v in match.groupdict().items()}
             return table[msgid].format(**values)
     return text
+
+
+def printed_table(po: polib.POFile, language: str) -> dict[str, str]:
+    """What ``utils`` prints for each of its messages in ``language``: the translation, or the message itself where
+    it has none yet (as ``gettext`` does). Every message is kept, so that the most specific one matches a line."""
+    return {e.msgid: e.msgstr or e.msgid for e in language_catalogue(po, language)}
 
 
 def printed_patterns(table: dict[str, str]) -> list:
