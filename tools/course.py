@@ -352,7 +352,8 @@ def stale() -> list[str]:
         if synced_readme(readme, language) != readme:
             out.append(path.name)
     for path, text in chinese_editions([c for c in CHAPTERS if c.path.exists()], english).items():
-        if not path.exists() or (path.read_bytes() if isinstance(text, bytes) else path.read_text("utf-8")) != text:
+        written = path.exists() and (path.read_bytes() if isinstance(text, bytes) else path.read_text(encoding="utf-8"))
+        if written != text:
             out.append(str(path.relative_to(ROOT)))
     return out
 

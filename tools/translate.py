@@ -334,13 +334,19 @@ def _placeholder_pattern(msgid: str) -> re.Pattern | None:
     return re.compile(regex, re.S)
 
 
-def translate_printed(text: str, table: dict[str, str], patterns: list) -> str:
+def translate_printed(text: str, table: dict[str, str], patterns: list, top: bool = False) -> str:
     """A line ``utils`` printed in English, as it prints it in the language of ``table``: the message it was made
     from is found (with its values, which are translated in turn where they are messages too) and its
-    translation filled in. A line that is no message of ``utils`` stays as it is."""
-    if text in table:
+    translation filled in. ``top``: ``text`` is a whole output line, translated only if it is one of the lines
+    ``utils`` prints whole (``utils.i18n.PRINTED``: verdicts, hints, hardware notes); the notebook's own prints
+    stay as they are."""
+    from utils.i18n import PRINTED
+
+    if not top and text in table:
         return table[text]
     for msgid, pattern in patterns:
+        if top and msgid not in PRINTED:
+            continue
         match = pattern.fullmatch(text)
         if match:
             values = {k: translate_printed(v, table, patterns) for k, v in match.groupdict().items()}
@@ -368,7 +374,8 @@ def translate_outputs(cell, table: dict[str, str], patterns: list | None = None)
     for output in cell.get("outputs", []):
         if output.get("output_type") == "stream":
             lines = output["text"].split("\n")
-            output["text"] = "\n".join(translate_printed(line, table, patterns) if line else line for line in lines)
+            output["text"] = "\n".join(translate_printed(line, table, patterns, top=True) if line else line
+                                       for line in lines)
 
 
 def load_catalogue(stem: str) -> polib.POFile | None:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Literal, TypeVar
 
-from utils.i18n import N_, _
+from utils.i18n import FAILED_AT, N_, NOT_ATTEMPTED, NOT_YET, PASSED, _
 
 __all__ = ["STUB_MESSAGE", "ExerciseFailed", "exercise", "expect", "keeps_global_rng", "learner_code", "outcome",
            "rejection", "same_device"]
@@ -345,13 +345,13 @@ def exercise(title: str) -> Callable[[F], Callable[..., None]]:
         def run(*args, **kwargs) -> None:
             verdict, message, where = _judge(check, args, kwargs)
             if verdict == "failed":
-                at = "\n" + _("(The check that failed: {where}.)").format(where=where) if where else ""
-                raise ExerciseFailed(_("{title}: not yet. {hint}").format(title=_(title), hint=message) + at, where)
+                at = "\n" + _(FAILED_AT).format(where=where) if where else ""
+                raise ExerciseFailed(_(NOT_YET).format(title=_(title), hint=message) + at, where)
             if verdict == "not attempted":
-                print(_("… {title}: not attempted yet (the answer still raises NotImplementedError).").format(
+                print(_(NOT_ATTEMPTED).format(
                     title=_(title)))
             else:
-                print(_("✓ {title}: passed.").format(title=_(title)))
+                print(_(PASSED).format(title=_(title)))
 
         run.title = title  # type: ignore[attr-defined]
         run.judge = lambda *args, **kwargs: _judge(check, args, kwargs)[:2]  # type: ignore[attr-defined]
@@ -371,7 +371,7 @@ def outcome(check: Callable[..., None], *args, **kwargs) -> tuple[Verdict, str]:
     if judge is None:
         raise TypeError(f"check must be a function decorated with @exercise, got {check!r}")
     verdict, message = judge(*args, **kwargs)
-    return verdict, (_("{title}: not yet. {hint}").format(title=_(check.title), hint=message) if verdict == "failed"
+    return verdict, (_(NOT_YET).format(title=_(check.title), hint=message) if verdict == "failed"
                      else "")
 
 

@@ -31,7 +31,7 @@ import re
 import torch
 
 from utils._validate import check_int
-from utils.i18n import _
+from utils.i18n import OLD_TORCH, SKIPPED_MANY, SKIPPED_ONE, _
 
 __all__ = [
     "GPU_TYPES",
@@ -109,10 +109,10 @@ def requires(kind: str = "cuda", count: int = 1) -> bool:
     if have >= count:
         return True
     if count == 1:
-        print(_("Skipped: this cell needs a {kind} device; this machine has {have}.").format(
+        print(_(SKIPPED_ONE).format(
             kind=kind.upper(), have=have))
     else:
-        print(_("Skipped: this cell needs {count} {kind} devices; this machine has {have}.").format(
+        print(_(SKIPPED_MANY).format(
             count=count, kind=kind.upper(), have=have))
     return False
 
@@ -141,6 +141,5 @@ def check_torch_version(version: str | None = None, minimum: tuple[int, int] = M
     if (int(match.group(1)), int(match.group(2))) >= minimum:
         return True
     need = ".".join(map(str, minimum))
-    print(_("Note: this is PyTorch {version}; the course needs {need} or newer. Some cells will fail or print "
-            "other values. Upgrade with: pip install --upgrade 'torch>={need}'").format(version=version, need=need))
+    print(_(OLD_TORCH).format(version=version, need=need))
     return False

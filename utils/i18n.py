@@ -10,16 +10,19 @@ catalogue holds the text with its placeholders, and the values are filled in aft
 
 from __future__ import annotations
 
+import contextlib
 import gettext
+from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["LANGUAGES", "N_", "_", "language", "set_language"]
+__all__ = ["LANGUAGES", "N_", "_", "language", "messages_used", "set_language"]
 
 LANGUAGES = ("en", "zh-Hans", "zh-Hant")
 LOCALE = Path(__file__).resolve().parent / "locale"
 DOMAIN = "utils"
 
 _state: dict[str, object] = {"language": "en", "translation": gettext.NullTranslations()}
+
 
 
 def set_language(language: str) -> None:
@@ -42,6 +45,34 @@ def N_(message: str) -> str:  # noqa: N802 (gettext's name for it)
     return message
 
 
+#: The lines ``utils`` prints or raises whole: a verdict, a hint, a hardware or version note. A Chinese edition
+#: translates the lines of its outputs that are one of these (tools/translate.py), and nothing else it printed.
+NOT_YET = N_("{title}: not yet. {hint}")
+FAILED_AT = N_("(The check that failed: {where}.)")
+NOT_ATTEMPTED = N_("… {title}: not attempted yet (the answer still raises NotImplementedError).")
+PASSED = N_("✓ {title}: passed.")
+SKIPPED_ONE = N_("Skipped: this cell needs a {kind} device; this machine has {have}.")
+SKIPPED_MANY = N_("Skipped: this cell needs {count} {kind} devices; this machine has {have}.")
+OLD_TORCH = N_("Note: this is PyTorch {version}; the course needs {need} or newer. Some cells will fail or print "
+               "other values. Upgrade with: pip install --upgrade 'torch>={need}'")
+PRINTED = (NOT_YET, FAILED_AT, NOT_ATTEMPTED, PASSED, SKIPPED_ONE, SKIPPED_MANY, OLD_TORCH)
+
+
 def _(message: str) -> str:
     """``message`` in the chosen language (itself where the catalogue has no translation)."""
+    used = _state.get("used")
+    if used is not None:
+        used.append(message)  # type: ignore[attr-defined]
     return _state["translation"].gettext(message)  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def messages_used() -> Iterator[list[str]]:
+    """The messages ``_()`` is asked for inside the block, in order: what the tests compare between languages
+    (the same messages, so the same fix, in English and in Chinese)."""
+    used: list[str] = []
+    _state["used"] = used
+    try:
+        yield used
+    finally:
+        _state.pop("used", None)

@@ -60,6 +60,9 @@ def _own_rng(check: Callable[..., None]) -> Callable[..., None]:
 # --- Exercise 1 ------------------------------------------------------------------------------------
 
 
+PARAMS, GRADS, STATES = "parameters", "gradients", "Adam's two averages"  # the parts of a step's bytes
+
+
 def _measured(model: nn.Module) -> dict[str, int]:
     """Run one Adam step on a copy and add up what it holds (the ground truth for exercise 3)."""
     model = copy.deepcopy(model)
@@ -73,9 +76,9 @@ def _measured(model: nn.Module) -> dict[str, int]:
     F.mse_loss(out, torch.zeros_like(out)).backward()
     optimizer.step()
     return {
-        N_("parameters"): sum(p.numel() * p.element_size() for p in params),
-        N_("gradients"): sum(p.grad.numel() * p.grad.element_size() for p in trainable),
-        N_("Adam's two averages"): sum(
+        PARAMS: sum(p.numel() * p.element_size() for p in params),
+        GRADS: sum(p.grad.numel() * p.grad.element_size() for p in trainable),
+        STATES: sum(
             optimizer.state[p][k].numel() * optimizer.state[p][k].element_size()
             for p in trainable
             for k in ("exp_avg", "exp_avg_sq")
@@ -200,15 +203,16 @@ def check_training_bytes(fn: Callable[[nn.Module], int]) -> None:
         got = int(got)  # a NumPy integer (from np.prod) counts too
         if got == want:
             continue
-        breakdown = " + ".join(f"{v} ({_(k)})" for k, v in parts.items())
         cause = _likely_cause(model, parts, got)
+        numbers_ = dict(label=_(label), got=got, want=want, params=parts[PARAMS], grads=parts[GRADS],
+                        states=parts[STATES], cause=cause)
         expect(
             False,
-            _("for {label}: {got} bytes, but one Adam step holds {want} = {breakdown}. Likely cause: {cause}").format(
-                label=_(label), got=got, want=want, breakdown=breakdown, cause=cause)
+            _("for {label}: {got} bytes, but one Adam step holds {want} = {params} (parameters) + {grads} "
+              "(gradients) + {states} (Adam's two averages). Likely cause: {cause}").format(**numbers_)
             if cause else
-            _("for {label}: {got} bytes, but one Adam step holds {want} = {breakdown}").format(
-                label=_(label), got=got, want=want, breakdown=breakdown),
+            _("for {label}: {got} bytes, but one Adam step holds {want} = {params} (parameters) + {grads} "
+              "(gradients) + {states} (Adam's two averages)").format(**numbers_),
         )
 
 
