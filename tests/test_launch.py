@@ -132,6 +132,6 @@ def test_ci_runs_the_readmes_commands_in_a_fresh_virtual_environment():
     assert test == "python -m pytest", test
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
     commands = [line for line in ci if line and not line.startswith(("#", "if", "apt", "DEBIAN", "fi", "set ", "cd ",
-                                                                      "export"))]
+                                                                      "export", "fonts="))]
     assert commands == ["rm -rf .venv", "python3 -m venv .venv", ". .venv/bin/activate",
                         "python -m pip install --quiet -r requirements.txt", test], commands

@@ -237,9 +237,10 @@ def _setup(language: str = "en") -> str:
     """The generated setup in ``language``: a Chinese edition also asks ``utils`` for Chinese hints."""
     if language == "en":
         return SETUP
-    anchor = "from utils import check_torch_version, try_gpu\n"
-    return SETUP.replace(anchor, anchor + f'from utils import set_language\n\nset_language("{language}")  '
-                                          f"# {tr(LANGUAGE_COMMENT, language)}\n")
+    setup = SETUP.replace("from utils import check_torch_version, try_gpu\n",
+                          "from utils import check_torch_version, set_language, try_gpu\n")
+    anchor = "check_torch_version()"
+    return setup.replace(anchor, f'set_language("{language}")  # {tr(LANGUAGE_COMMENT, language)}\n{anchor}', 1)
 
 
 def _with_setup(source: str, language: str = "en") -> str:
