@@ -70,18 +70,24 @@ def pytest_ignore_collect(collection_path: Path, config):
     return not named & {collection_path, folder}
 
 
+@pytest.fixture(scope="session")
+def untranslated_hints() -> set[str]:
+    """The messages of ``utils`` that have no 简体 translation (a value given to ``_()``, such as code, is none)."""
+    from tools import translate
+
+    return {e.msgid for e in translate.load_catalogue(translate.UTILS_CATALOGUE) if not e.msgstr}
+
+
 @pytest.fixture(autouse=True)
 def hints_in_chinese_too(request, monkeypatch):
     """In an exercise catalogue, make ``outcome`` judge every answer in English and in 简体 (see the docstring)."""
     if not request.module.__name__.startswith("test_exercises_"):
         yield
         return
-    from tools import translate
     from utils import checks, i18n
 
     english_outcome = checks.outcome
-    catalogue = translate.load_catalogue(translate.UTILS_CATALOGUE)
-    untranslated_ids = {e.msgid for e in catalogue if not e.msgstr}  # a value given to _() (code) is no message
+    untranslated_ids = request.getfixturevalue("untranslated_hints")
 
     def both(check, *args, **kwargs):
         with i18n.messages_used() as english_messages:

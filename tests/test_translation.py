@@ -5,6 +5,7 @@ and link, and notebooks whose code is the English code. (That the editions are c
 from __future__ import annotations
 
 import ast
+import functools
 import re
 
 import nbformat
@@ -110,12 +111,19 @@ def _code_without_comments(source: str):
 LANGUAGE_LINE = re.compile(r'^set_language\("zh-Han[st]"\)  #.*\n', re.M)
 
 
+@functools.cache
+def _printed(language: str):
+    """What utils prints in ``language``, and its patterns (compiled once)."""
+    table = translate.printed_table(translate.load_catalogue(translate.UTILS_CATALOGUE), language)
+    return table, translate.printed_patterns(table)
+
+
 @pytest.mark.parametrize("language", course.LANGUAGES[1:])
 @pytest.mark.parametrize("ch", course.CHAPTERS, ids=lambda c: c.number)
 def test_edition_has_the_english_code_and_outputs(ch, language):
     english = nbformat.read(ch.path, as_version=4)
     edition = nbformat.read(ch.path_in(language), as_version=4)
-    printed = translate.printed_table(translate.load_catalogue(translate.UTILS_CATALOGUE), language)
+    printed, patterns = _printed(language)
     assert [c.cell_type for c in edition.cells] == [c.cell_type for c in english.cells]
     for en, zh in zip(english.cells, edition.cells, strict=True):
         same = {k: v for k, v in zh.metadata.items() if k != "slideshow"} == {
@@ -131,7 +139,7 @@ def test_edition_has_the_english_code_and_outputs(ch, language):
                 assert len(code.split("\n")) == len(en.source.split("\n")), f"cell {en.id}: line numbers"
             assert _code_without_comments(code) == _code_without_comments(en.source), f"cell {en.id}: code"
             expected = nbformat.from_dict(en)
-            translate.translate_outputs(expected, printed)  # utils's hints and verdicts, in the edition's language
+            translate.translate_outputs(expected, printed, patterns)  # utils's verdicts and hints, translated
             assert zh.outputs == expected.outputs, f"cell {en.id}: outputs"
 
 
