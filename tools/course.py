@@ -193,7 +193,7 @@ def chapter_table(link_prefix: str = "notebooks/", language: str = "en") -> str:
 def generated_messages() -> list[str]:
     """The strings the course's tools write into notebooks and READMEs: what ``tr`` translates."""
     titles = [ch.title for ch in CHAPTERS]
-    words = ["Course map", "Prerequisites:", "Chapter", "Time", "Needs", "Open", "The chapters",
+    words = ["Course map", "Prerequisites:", "Chapter", "Prerequisites", "Time", "Needs", "Open", "The chapters",
              "about {minutes} min", "CPU", "CPU; some cells use a GPU", "CPU; some cells use 2 GPUs", TABLE_NOTE,
              LANGUAGE_COMMENT]
     return list(dict.fromkeys(titles + words))

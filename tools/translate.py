@@ -299,8 +299,19 @@ def utils_messages() -> list[str]:
     from babel.messages.extract import extract_from_dir
 
     found = extract_from_dir(str(ROOT / "utils"), method_map=[("**.py", "python")],
-                             keywords={"_": None, "N_": None, "exercise": None})
+                             keywords={"_": None, "N_": None, "L_": None, "exercise": None})
     return list(dict.fromkeys(message for _file, _line, message, _comments, _context in found))
+
+
+@cache
+def printed_lines() -> frozenset[str]:
+    """The messages ``utils`` prints as whole lines: ``utils.i18n.PRINTED`` and every message given to ``L_()``."""
+    from babel.messages.extract import extract_from_dir
+
+    from utils.i18n import PRINTED
+
+    found = extract_from_dir(str(ROOT / "utils"), method_map=[("**.py", "python")], keywords={"L_": None})
+    return frozenset(PRINTED) | {message for _file, _line, message, _comments, _context in found}
 
 
 def compiled_catalogue(po: polib.POFile, language: str) -> tuple[Path, bytes]:
@@ -338,14 +349,18 @@ def translate_printed(text: str, table: dict[str, str], patterns: list, top: boo
     """A line ``utils`` printed in English, as it prints it in the language of ``table``: the message it was made
     from is found (with its values, which are translated in turn where they are messages too) and its
     translation filled in. ``top``: ``text`` is a whole output line, translated only if it is one of the lines
-    ``utils`` prints whole (``utils.i18n.PRINTED``: verdicts, hints, hardware notes); the notebook's own prints
+    ``utils`` prints whole (``printed_lines()``: verdicts, hints, notes, report lines); the notebook's own prints
     stay as they are."""
-    from utils.i18n import PRINTED
-
-    if not top and text in table:
+    whole = printed_lines() if top else frozenset()
+    if text in table and (not top or text in whole):
         return table[text]
+    if not top and ", " in text:  # a list of messages, such as the attributes .to() leaves behind
+        pieces = text.split(", ")
+        translated = [translate_printed(piece, table, patterns) for piece in pieces]
+        if all(piece in table or _matches(piece, patterns) for piece in pieces):
+            return ", ".join(translated)
     for msgid, pattern in patterns:
-        if top and msgid not in PRINTED:
+        if top and msgid not in whole:
             continue
         match = pattern.fullmatch(text)
         if match:
@@ -364,6 +379,10 @@ def printed_patterns(table: dict[str, str]) -> list:
     """The messages of ``table`` that have placeholders, as patterns, the most specific (longest text) first."""
     return [(m, p) for m in sorted(table, key=lambda m: -len(re.sub(r"\{\w+\}", "", m)))
             if (p := _placeholder_pattern(m)) is not None]
+
+
+def _matches(text: str, patterns: list) -> bool:
+    return any(pattern.fullmatch(text) for _msgid, pattern in patterns)
 
 
 def translate_outputs(cell, table: dict[str, str], patterns: list | None = None) -> None:

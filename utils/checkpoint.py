@@ -46,6 +46,7 @@ import torch
 from torch import nn
 
 from utils._validate import check_bool, check_path, check_str
+from utils.i18n import L_, _
 
 __all__ = ["CheckpointError", "atomic_write", "load_checkpoint", "load_weights", "save_checkpoint"]
 
@@ -64,14 +65,14 @@ def _temporary_name(stem: str) -> str:
 
 def _open_temporary(folder: Path, stem: str) -> tuple[int, Path]:
     """Create a new, empty, hidden file next to the target; the umask applies as for any new file."""
-    for _ in range(100):
+    for _attempt in range(100):
         candidate = folder / _temporary_name(stem)
         try:
             fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
         except FileExistsError:
             continue
         return fd, candidate
-    raise FileExistsError(f"could not create a temporary file in {folder}")  # pragma: no cover
+    raise FileExistsError(_("could not create a temporary file in {folder}").format(folder=folder))  # pragma: no cover
 
 
 def _process_is_gone(pid: int) -> bool:
@@ -135,12 +136,12 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None
     """
     target = check_path(path, "path")
     if not callable(write):
-        raise TypeError(f"write must be callable, got {type(write).__name__}")
+        raise TypeError(_("write must be callable, got {type}").format(type=type(write).__name__))
     folder = target.parent
     if not folder.is_dir():
-        raise ValueError(f"path: the folder {folder} does not exist")
+        raise ValueError(_("path: the folder {folder} does not exist").format(folder=folder))
     if target.is_dir():
-        raise ValueError(f"path: {target} is a folder, not a file")
+        raise ValueError(_("path: {path} is a folder, not a file").format(path=target))
     remove_orphans(target)
     fd, temporary = _open_temporary(folder, target.name)
     try:
@@ -174,10 +175,9 @@ def save_checkpoint(obj: object, path: str | os.PathLike[str]) -> Path:
 
 def _check_map_location(value: object) -> None:
     if not (value is None or isinstance(value, str | torch.device | Mapping) or callable(value)):
-        raise TypeError(
-            "map_location must be None, a str, a torch.device, a mapping or a callable, "
-            f"got {type(value).__name__} {value!r}"
-        )
+        raise TypeError(_(
+            "map_location must be None, a str, a torch.device, a mapping or a callable, got {type} {value}"
+        ).format(type=type(value).__name__, value=repr(value)))
 
 
 def load_checkpoint(path: str | os.PathLike[str], *, map_location: MapLocation = None, verify: bool = True) -> Any:
@@ -207,24 +207,25 @@ def load_checkpoint(path: str | os.PathLike[str], *, map_location: MapLocation =
     check_bool(verify, "verify")
     _check_map_location(map_location)
     if not source.is_file():
-        raise FileNotFoundError(f"no checkpoint at {source}")
+        raise FileNotFoundError(_("no checkpoint at {path}").format(path=source))
     if source.stat().st_size == 0:
-        raise CheckpointError(f"{source} is empty: the save that wrote it did not finish")
+        raise CheckpointError(L_("{path} is empty: the save that wrote it did not finish").format(path=source))
     _refuse_other_formats(source)
     try:
         with zipfile.ZipFile(source) as archive:
             names = archive.namelist()
             damaged = archive.testzip() if verify else None
     except (zipfile.BadZipFile, EOFError, OSError) as err:
-        raise CheckpointError(
-            f"{source} is not a complete checkpoint (truncated, or not written by torch.save): {err}"
-        ) from None
+        raise CheckpointError(L_(
+            "{path} is not a complete checkpoint (truncated, or not written by torch.save): {error}"
+        ).format(path=source, error=err)) from None
     if not any(name == "data.pkl" or name.endswith("/data.pkl") for name in names):
-        raise CheckpointError(
-            f"{source} is not a complete checkpoint: it has no data.pkl record (did the save that wrote it fail?)"
-        )
+        raise CheckpointError(L_(
+            "{path} is not a complete checkpoint: it has no data.pkl record (did the save that wrote it fail?)"
+        ).format(path=source))
     if damaged is not None:
-        raise CheckpointError(f"{source} is corrupt: its record {damaged!r} does not match its checksum")
+        raise CheckpointError(L_("{path} is corrupt: its record {record} does not match its checksum").format(
+            path=source, record=repr(damaged)))
     try:
         return torch.load(source, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
@@ -232,16 +233,18 @@ def load_checkpoint(path: str | os.PathLike[str], *, map_location: MapLocation =
             raise  # the file asks for code to run: refused on purpose, with torch's own explanation
         after = str(err).rsplit("WeightsUnpickler error:", 1)[-1]
         reason = next((line.strip() for line in after.splitlines() if line.strip()), "")
-        raise CheckpointError(f"{source} is damaged: its pickle (data.pkl) could not be read: {reason}") from None
+        raise CheckpointError(L_("{path} is damaged: its pickle (data.pkl) could not be read: {reason}").format(
+            path=source, reason=reason)) from None
     except (EOFError, UnicodeDecodeError, ValueError, KeyError, IndexError, struct.error) as err:
-        raise CheckpointError(
-            f"{source} is damaged: its pickle (data.pkl) could not be read: {type(err).__name__}: {err}"
-        ) from None
+        raise CheckpointError(L_("{path} is damaged: its pickle (data.pkl) could not be read: {reason}").format(
+            path=source, reason=f"{type(err).__name__}: {err}")) from None
     except zipfile.BadZipFile as err:
-        raise CheckpointError(f"{source} could not be read as a checkpoint: {err!r}") from None
+        raise CheckpointError(L_("{path} could not be read as a checkpoint: {error}").format(
+            path=source, error=repr(err))) from None
     except RuntimeError as err:
         if "PytorchStreamReader" in str(err):
-            raise CheckpointError(f"{source} could not be read as a checkpoint: {err}") from None
+            raise CheckpointError(L_("{path} could not be read as a checkpoint: {error}").format(
+                path=source, error=err)) from None
         raise
 
 
@@ -266,21 +269,23 @@ def _refuse_other_formats(source: Path) -> None:
     """Name the formats that are not a ``torch.save`` zip archive, before the zip check calls them broken."""
     found = other_format(source)
     if found == "safetensors":
-        raise CheckpointError(
-            f"{source} is a safetensors file, not a torch.save checkpoint: load it with "
+        raise CheckpointError(L_(
+            "{path} is a safetensors file, not a torch.save checkpoint: load it with "
             "safetensors.torch.load_file(path)"
-        )
+        ).format(path=source))
     if found == "legacy":
-        raise CheckpointError(
-            f"{source} is in the legacy torch.save format (PyTorch before 1.6, or "
+        raise CheckpointError(L_(
+            "{path} is in the legacy torch.save format (PyTorch before 1.6, or "
             "_use_new_zipfile_serialization=False), which load_checkpoint does not read: it cannot verify "
             "it. Load it once with torch.load(path, weights_only=True) and save it again with save_checkpoint."
-        )
+        ).format(path=source))
 
 
 def _shown(keys: list[str], limit: int = 8) -> str:
-    more = f", ... ({len(keys) - limit} more)" if len(keys) > limit else ""
-    return ", ".join(repr(k) for k in keys[:limit]) + more
+    shown = ", ".join(repr(k) for k in keys[:limit])
+    if len(keys) > limit:
+        return _("{keys}, ... ({count} more)").format(keys=shown, count=len(keys) - limit)
+    return shown
 
 
 def load_weights(
@@ -319,7 +324,7 @@ def load_weights(
             differs from the module's (whatever ``strict``). The module is left untouched.
     """
     if not isinstance(module, nn.Module):
-        raise TypeError(f"module must be an nn.Module, got {type(module).__name__}")
+        raise TypeError(_("module must be an nn.Module, got {type}").format(type=type(module).__name__))
     check_str(key, "key", allow_none=True, empty=True)
     check_bool(strict, "strict")
     check_str(strip_prefix, "strip_prefix", allow_none=True)
@@ -328,13 +333,16 @@ def load_weights(
     if key is not None:
         if not isinstance(loaded, Mapping) or key not in loaded:
             there = _shown(sorted(map(str, loaded))) if isinstance(loaded, Mapping) else type(loaded).__name__
-            raise ValueError(f"key {key!r} is not in the checkpoint {source.name}; it holds: {there}")
+            raise ValueError(_("key {key} is not in the checkpoint {file}; it holds: {there}").format(
+                key=repr(key), file=source.name, there=there))
         loaded = loaded[key]
     if not isinstance(loaded, Mapping) or not all(
         isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in loaded.items()
     ):
-        hint = " (a full checkpoint? pass key=..., e.g. key='model')" if isinstance(loaded, Mapping) else ""
-        raise CheckpointError(f"{source} does not hold a state dict of tensors{hint}")
+        message = (L_("{path} does not hold a state dict of tensors (a full checkpoint? pass key=..., "
+                      "e.g. key='model')") if isinstance(loaded, Mapping)
+                   else L_("{path} does not hold a state dict of tensors"))
+        raise CheckpointError(message.format(path=source))
     state = dict(loaded)
     expected = module.state_dict()
     if (
@@ -347,25 +355,28 @@ def load_weights(
 
     name = type(module).__name__
     resized = [  # a lazy module's parameters have no shape yet: load_state_dict gives them one
-        f"{k}: checkpoint {tuple(v.shape)}, model {tuple(expected[k].shape)}"
+        _("{key}: checkpoint {saved}, model {expected}").format(
+            key=k, saved=tuple(v.shape), expected=tuple(expected[k].shape))
         for k, v in state.items()
         if k in expected and not nn.parameter.is_lazy(expected[k]) and v.shape != expected[k].shape
     ]
     if resized:
-        raise CheckpointError(
-            f"{source.name} does not fit {name}: shapes differ for {'; '.join(resized)}. "
+        raise CheckpointError(L_(
+            "{file} does not fit {model}: shapes differ for {shapes}. "
             "Drop those keys from the state dict to load the rest with strict=False."
-        )
+        ).format(file=source.name, model=name, shapes="; ".join(resized)))
     missing = [k for k in expected if k not in state]
     unexpected = [k for k in state if k not in expected]
     if strict and (missing or unexpected):
-        parts = []
-        if missing:
-            parts.append(f"missing from the checkpoint: {_shown(missing)}")
-        if unexpected:
-            parts.append(f"not in the model: {_shown(unexpected)}")
-        raise CheckpointError(
-            f"{source.name} does not fit {name}: {'; '.join(parts)}. "
-            "Pass strict=False to load only the keys that match."
-        )
+        if missing and unexpected:
+            message = L_("{file} does not fit {model}: missing from the checkpoint: {missing}; not in the model: "
+                         "{unexpected}. Pass strict=False to load only the keys that match.")
+        elif missing:
+            message = L_("{file} does not fit {model}: missing from the checkpoint: {missing}. "
+                         "Pass strict=False to load only the keys that match.")
+        else:
+            message = L_("{file} does not fit {model}: not in the model: {unexpected}. "
+                         "Pass strict=False to load only the keys that match.")
+        raise CheckpointError(message.format(file=source.name, model=name, missing=_shown(missing),
+                                             unexpected=_shown(unexpected)))
     return module.load_state_dict(state, strict=strict)

@@ -62,6 +62,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, TensorDataset
 
 from utils.checkpoint import atomic_write, load_checkpoint, save_checkpoint
+from utils.i18n import _
 
 N_FEATURES = 4
 N_HIDDEN = 8
@@ -74,60 +75,63 @@ IDENTITY_VARS = ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_
 def positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+        raise argparse.ArgumentTypeError(_("must be a positive integer, got {text}").format(text=text))
     return value
 
 
 def positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+        raise argparse.ArgumentTypeError(_("must be a positive number, got {text}").format(text=text))
     return value
 
 
 def momentum_value(text: str) -> float:
     value = float(text)
     if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
+        raise argparse.ArgumentTypeError(_("must be in [0, 1), got {text}").format(text=text))
     return value
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m utils.ddp_train", description="Train a small model with DistributedDataParallel."
+        prog="python -m utils.ddp_train", description=_("Train a small model with DistributedDataParallel.")
     )
-    parser.add_argument("--epochs", type=positive_int, default=3, help="passes over the data (default 3)")
-    parser.add_argument("--batch-size", type=positive_int, default=8, help="batch size PER PROCESS (default 8)")
+    parser.add_argument("--epochs", type=positive_int, default=3, help=_("passes over the data (default 3)"))
+    parser.add_argument("--batch-size", type=positive_int, default=8, help=_("batch size PER PROCESS (default 8)"))
     parser.add_argument("--accumulate", type=positive_int, default=1,
-                        help="micro-batches per optimizer step (gradient accumulation, default 1)")
-    parser.add_argument("--lr", type=positive_float, default=0.1, help="SGD learning rate (default 0.1)")
-    parser.add_argument("--momentum", type=momentum_value, default=0.5, help="SGD momentum (default 0.5)")
-    parser.add_argument("--seed", type=int, default=0, help="seed for data, initial weights and shuffling")
-    parser.add_argument("--samples", type=positive_int, default=64, help="size of the synthetic data set")
-    parser.add_argument("--out", type=Path, required=True, help="JSON file for final parameters and metrics")
-    parser.add_argument("--checkpoint", type=Path, help="checkpoint file, written by rank 0 after each epoch")
+                        help=_("micro-batches per optimizer step (gradient accumulation, default 1)"))
+    parser.add_argument("--lr", type=positive_float, default=0.1, help=_("SGD learning rate (default 0.1)"))
+    parser.add_argument("--momentum", type=momentum_value, default=0.5, help=_("SGD momentum (default 0.5)"))
+    parser.add_argument("--seed", type=int, default=0, help=_("seed for data, initial weights and shuffling"))
+    parser.add_argument("--samples", type=positive_int, default=64, help=_("size of the synthetic data set"))
+    parser.add_argument("--out", type=Path, required=True, help=_("JSON file for final parameters and metrics"))
+    parser.add_argument("--checkpoint", type=Path, help=_("checkpoint file, written by rank 0 after each epoch"))
     parser.add_argument("--resume", action="store_true",
-                        help="continue from --checkpoint if it exists (every rank loads it)")
+                        help=_("continue from --checkpoint if it exists (every rank loads it)"))
     parser.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto",
-                        help="process-group backend (default: nccl if each process has a GPU, else gloo)")
-    parser.add_argument("--no-progress", action="store_true", help="never show the progress bar")
+                        help=_("process-group backend (default: nccl if each process has a GPU, else gloo)"))
+    parser.add_argument("--no-progress", action="store_true", help=_("never show the progress bar"))
     parser.add_argument("--sync-demo", action="store_true",
-                        help="after training, record what DDP synchronizes besides gradients (chapter 10)")
+                        help=_("after training, record what DDP synchronizes besides gradients (chapter 10)"))
     args = parser.parse_args(argv)
     if args.resume and args.checkpoint is None:
-        parser.error("--resume needs --checkpoint")
+        parser.error(_("--resume needs --checkpoint"))
     return args
 
 
 def choose_backend(requested: str, cuda_devices: int, local_world_size: int) -> str:
     """``nccl`` when each of the ``local_world_size`` processes on this node has its own CUDA GPU."""
     if requested not in ("auto", "gloo", "nccl"):
-        raise ValueError(f"requested must be 'auto', 'gloo' or 'nccl', got {requested!r}")
+        raise ValueError(_("requested must be 'auto', 'gloo' or 'nccl', got {requested}").format(
+            requested=repr(requested)))
     if cuda_devices < 0 or local_world_size < 1:
-        raise ValueError(f"need cuda_devices >= 0 and local_world_size >= 1, got {cuda_devices}, {local_world_size}")
+        raise ValueError(_("need cuda_devices >= 0 and local_world_size >= 1, got {cuda_devices}, "
+                           "{local_world_size}").format(cuda_devices=cuda_devices, local_world_size=local_world_size))
     enough = cuda_devices >= local_world_size
     if requested == "nccl" and not enough:
-        raise ValueError(f"nccl needs one CUDA GPU per process: {local_world_size} processes, {cuda_devices} GPUs")
+        raise ValueError(_("nccl needs one CUDA GPU per process: {processes} processes, {gpus} GPUs").format(
+            processes=local_world_size, gpus=cuda_devices))
     if requested == "auto":
         return "nccl" if enough else "gloo"
     return requested
@@ -277,10 +281,10 @@ def resume(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, devic
 def common_start(starts: list[int]) -> int:
     """The epoch every rank resumes from; an error if the ranks read different checkpoints (or none)."""
     if len(set(starts)) != 1:
-        raise RuntimeError(
-            f"the ranks would resume from different epochs {starts}: every rank must read the same checkpoint "
+        raise RuntimeError(_(
+            "the ranks would resume from different epochs {starts}: every rank must read the same checkpoint "
             "(on several machines, put it on a file system they share, or copy it to each)"
-        )
+        ).format(starts=starts))
     return starts[0]
 
 
@@ -330,7 +334,7 @@ def sync_demo(rank: int, device: torch.device) -> dict:
         bn = nn.BatchNorm1d(1, momentum=0.5)
         model = wrap(nn.Sequential(bn, nn.Linear(1, 1)).to(device), device, **{switch: sync})
         means = []
-        for _ in range(2):
+        for _step in range(2):
             model(x).sum().backward()  # ordinary training: a forward, then a backward
             everyone = [torch.empty_like(bn.running_mean) for _ in range(dist.get_world_size())]
             dist.all_gather(everyone, bn.running_mean)
@@ -382,18 +386,18 @@ def train(args: argparse.Namespace, rank: int, world_size: int, device: torch.de
     steps = steps_per_epoch(micro_batches, k)
 
     nodes = int(os.environ.get("GROUP_WORLD_SIZE", 1))
-    LOG.info(
-        "%s on %s: %d process(es) on %d node(s) x batch %d x %d micro-batch(es) = global batch %d, "
-        "%d steps per epoch",
-        backend, device.type, world_size, nodes, args.batch_size, k, world_size * args.batch_size * k, steps,
-    )
+    LOG.info(_(
+        "{backend} on {device}: {processes} process(es) on {nodes} node(s) x batch {batch} x {k} micro-batch(es) "
+        "= global batch {global_batch}, {steps} steps per epoch"
+    ).format(backend=backend, device=device.type, processes=world_size, nodes=nodes, batch=args.batch_size, k=k,
+             global_batch=world_size * args.batch_size * k, steps=steps))
     if start_epoch:
-        LOG.info("resumed from the checkpoint of epoch %d", start_epoch)
+        LOG.info(_("resumed from the checkpoint of epoch {epoch}").format(epoch=start_epoch))
     bar = None
     if show_progress(rank, args.no_progress, sys.stderr):
         from tqdm import tqdm
 
-        bar = tqdm(total=(args.epochs - start_epoch) * micro_batches, desc="training", unit="batch")
+        bar = tqdm(total=(args.epochs - start_epoch) * micro_batches, desc=_("training"), unit="batch")
 
     losses, first_epoch, wrote_checkpoint, audit = [], [], False, None
     for epoch in range(start_epoch, args.epochs):
@@ -426,7 +430,8 @@ def train(args: argparse.Namespace, rank: int, world_size: int, device: torch.de
         losses.append((totals[0] / totals[1]).item())
         if bar is not None:
             bar.set_postfix(loss=f"{losses[-1]:.4f}")
-        LOG.info("epoch %d/%d  loss %.4f", epoch + 1, args.epochs, losses[-1])
+        LOG.info(_("epoch {epoch}/{epochs}  loss {loss}").format(epoch=epoch + 1, epochs=args.epochs,
+                                                                  loss=f"{losses[-1]:.4f}"))
         if args.checkpoint is not None and rank == 0:
             args.checkpoint.parent.mkdir(parents=True, exist_ok=True)
             save_checkpoint(training_state(model, optimizer, epoch + 1, world_size), args.checkpoint)
@@ -435,7 +440,7 @@ def train(args: argparse.Namespace, rank: int, world_size: int, device: torch.de
         bar.close()
     checked = None
     if args.checkpoint is not None:
-        LOG.info("checkpoint saved by rank 0 after epoch %d", args.epochs)
+        LOG.info(_("checkpoint saved by rank 0 after epoch {epoch}").format(epoch=args.epochs))
         dist.barrier()  # rank 0 has finished writing before anyone reads
         if args.checkpoint.exists():  # on several machines: only where the file system is shared
             state = load_for_rank(args.checkpoint, device)  # what a resumed run starts from, on every rank

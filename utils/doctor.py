@@ -38,6 +38,7 @@ import torch
 
 from utils._validate import check_int
 from utils.devices import GPU_TYPES, gpu_type, num_gpus
+from utils.i18n import L_, _
 
 __all__ = ["BUILDS", "Accelerator", "Facts", "advice", "gather", "main", "render"]
 
@@ -62,10 +63,10 @@ class Accelerator:
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, str) or not self.kind:
-            raise TypeError(f"kind must be a non-empty str such as 'cuda', got {self.kind!r}")
+            raise TypeError(_("kind must be a non-empty str such as 'cuda', got {value}").format(value=repr(self.kind)))
         check_int(self.index, "index")
         if not isinstance(self.name, str):
-            raise TypeError(f"name must be a str, got {type(self.name).__name__}")
+            raise TypeError(_("name must be a str, got {type}").format(type=type(self.name).__name__))
         if self.total_memory is not None:
             check_int(self.total_memory, "total_memory")
 
@@ -113,26 +114,30 @@ class Facts:
     def __post_init__(self) -> None:
         for name in ("python", "platform", "torch"):
             if not isinstance(getattr(self, name), str):
-                raise TypeError(f"{name} must be a str, got {type(getattr(self, name)).__name__}")
+                raise TypeError(_("{name} must be a str, got {type}").format(
+                    name=name, type=type(getattr(self, name)).__name__))
         if self.build not in BUILDS:
-            raise ValueError(f"build must be one of {BUILDS}, got {self.build!r}")
+            raise ValueError(_("build must be one of {builds}, got {value}").format(
+                builds=BUILDS, value=repr(self.build)))
         for name in ("cuda", "hip", "cuda_visible_devices"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
-                raise TypeError(f"{name} must be a str or None, got {value!r}")
+                raise TypeError(_("{name} must be a str or None, got {value}").format(name=name, value=repr(value)))
         if self.cudnn is not None:
             check_int(self.cudnn, "cudnn")
         for name in ("mps_built", "mps_available"):
             if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
+                raise TypeError(_("{name} must be a bool, got {value}").format(
+                    name=name, value=repr(getattr(self, name))))
         for name in ("accelerators", "nvidia_evidence", "amd_evidence", "warnings"):
             if not isinstance(getattr(self, name), tuple):
-                raise TypeError(f"{name} must be a tuple, got {type(getattr(self, name)).__name__}")
+                raise TypeError(_("{name} must be a tuple, got {type}").format(
+                    name=name, type=type(getattr(self, name)).__name__))
         if not all(isinstance(a, Accelerator) for a in self.accelerators):
-            raise TypeError("accelerators must hold Accelerator objects")
+            raise TypeError(_("accelerators must hold Accelerator objects"))
         for name in ("nvidia_evidence", "amd_evidence", "warnings"):
             if not all(isinstance(item, str) for item in getattr(self, name)):
-                raise TypeError(f"{name} must hold str")
+                raise TypeError(_("{name} must hold str").format(name=name))
 
     @property
     def gpus(self) -> tuple[Accelerator, ...]:
@@ -198,10 +203,10 @@ def gather(
     """
     environ = os.environ if environ is None else environ
     if not isinstance(environ, Mapping):
-        raise TypeError(f"environ must be a mapping, got {type(environ).__name__}")
+        raise TypeError(_("environ must be a mapping, got {type}").format(type=type(environ).__name__))
     for name, value in (("which", which), ("exists", exists)):
         if not callable(value):
-            raise TypeError(f"{name} must be callable, got {type(value).__name__}")
+            raise TypeError(_("{name} must be callable, got {type}").format(name=name, type=type(value).__name__))
     caught: list[str] = []
     with warnings.catch_warnings(record=True) as records:
         warnings.simplefilter("always")
@@ -250,7 +255,7 @@ def gather(
 
 def _check_facts(facts: object) -> Facts:
     if not isinstance(facts, Facts):
-        raise TypeError(f"facts must be a utils.doctor.Facts, got {type(facts).__name__}")
+        raise TypeError(_("facts must be a utils.doctor.Facts, got {type}").format(type=type(facts).__name__))
     return facts
 
 
@@ -260,16 +265,28 @@ def _cuda_wheels(cuda: str | None) -> str | None:
     return f"{_WHEELS}cu{match[1]}{match[2]}" if match else None
 
 
-def _cuda_reinstall(f: Facts) -> str:
-    """How to install a CUDA build of this torch release: the exact command where the CUDA version is known
-    (``Facts.cuda``, from ``torch.version.cuda``), else PyTorch's install selector."""
+def _shown(show: Callable[[str], str], **values: object) -> dict[str, str]:
+    """The values for a message's placeholders, each written ``show(str(value))``: :func:`render` shows the
+    machine's texts in ASCII."""
+    return {name: show(str(value)) for name, value in values.items()}
+
+
+def _nvidia_on_cpu_build(f: Facts, show: Callable[[str], str]) -> str:
+    """The tip for a CPU-only build on a machine with an NVIDIA GPU: how to install a CUDA build of this torch
+    release, with the exact command where the CUDA version is known (``Facts.cuda``, from ``torch.version.cuda``),
+    else PyTorch's install selector."""
+    evidence = " / ".join(f.nvidia_evidence)
     index = _cuda_wheels(f.cuda)
     if index:
-        return f"e.g. `pip install --force-reinstall torch=={_release(f.torch)} --index-url {index}`"
+        return (
+            "An NVIDIA GPU is present ({evidence}) but this torch ({version}) is a CPU-only build: reinstall with "
+            "a CUDA build, e.g. `pip install --force-reinstall torch=={release} --index-url {index}`."
+        ).format(**_shown(show, evidence=evidence, version=f.torch, release=_release(f.torch), index=index))
     return (
-        f"with the command that PyTorch's install selector ({_INSTALL_PAGE}) gives for your system; choose a "
-        "CUDA version your driver supports (`nvidia-smi` shows the newest it supports)"
-    )
+        "An NVIDIA GPU is present ({evidence}) but this torch ({version}) is a CPU-only build: reinstall with a "
+        "CUDA build, with the command that PyTorch's install selector ({page}) gives for your system; choose a "
+        "CUDA version your driver supports (`nvidia-smi` shows the newest it supports)."
+    ).format(**_shown(show, evidence=evidence, version=f.torch, page=_INSTALL_PAGE))
 
 
 def _release(version: str) -> str:
@@ -279,7 +296,7 @@ def _release(version: str) -> str:
 
 def _cudnn_text(version: int | None) -> str:
     if version is None:
-        return "not available"
+        return _("not available")
     if version >= 10000:  # cuDNN 9 and later: major * 10000 + minor * 100 + patch
         major, minor, patch = version // 10000, version % 10000 // 100, version % 100
     else:  # cuDNN 8: major * 1000 + minor * 100 + patch
@@ -287,9 +304,45 @@ def _cudnn_text(version: int | None) -> str:
     return f"{major}.{minor}.{patch} ({version})"
 
 
+def _no_gpu_despite_driver(f: Facts, toolkit: str, evidence: str, show: Callable[[str], str]) -> str:
+    """The tip for a GPU build that sees no GPU although a driver is present: one whole message for each
+    build, with and without the warnings from torch to point to."""
+    if f.build == "CUDA" and f.warnings:
+        message = (
+            "This torch is built for {toolkit} and a GPU driver is present ({evidence}), yet torch sees no GPU. "
+            "The usual cause is a driver older than that toolkit needs (`nvidia-smi` shows the newest CUDA "
+            "version the driver supports): update the driver, or install a torch built for an older toolkit. "
+            "The warnings from torch, listed above, may say more."
+        )
+    elif f.build == "CUDA":
+        message = (
+            "This torch is built for {toolkit} and a GPU driver is present ({evidence}), yet torch sees no GPU. "
+            "The usual cause is a driver older than that toolkit needs (`nvidia-smi` shows the newest CUDA "
+            "version the driver supports): update the driver, or install a torch built for an older toolkit."
+        )
+    elif f.warnings:
+        message = (
+            "This torch is built for {toolkit} and a GPU driver is present ({evidence}), yet torch sees no GPU. "
+            "The usual cause is a driver older than that toolkit needs (`rocm-smi --showdriverversion` shows the "
+            "driver's version): update the driver, or install a torch built for an older toolkit. The warnings "
+            "from torch, listed above, may say more."
+        )
+    else:
+        message = (
+            "This torch is built for {toolkit} and a GPU driver is present ({evidence}), yet torch sees no GPU. "
+            "The usual cause is a driver older than that toolkit needs (`rocm-smi --showdriverversion` shows the "
+            "driver's version): update the driver, or install a torch built for an older toolkit."
+        )
+    return message.format(**_shown(show, toolkit=toolkit, evidence=evidence))
+
+
 def advice(facts: Facts) -> list[str]:
     """Plain-language advice for ``facts``, most important first (never empty)."""
-    f = _check_facts(facts)
+    return _advice(_check_facts(facts), str)
+
+
+def _advice(f: Facts, show: Callable[[str], str]) -> list[str]:
+    """:func:`advice`, each value from ``f`` written ``show(value)`` into its message."""
     tips: list[str] = []
     cvd = f.cuda_visible_devices
     cuda_gpus = [a for a in f.accelerators if a.kind == "cuda"]
@@ -304,62 +357,54 @@ def advice(facts: Facts) -> list[str]:
             "before Python starts."
         )
     elif cvd is not None and gpu_build and not cuda_gpus:
-        tips.append(
-            f"CUDA_VISIBLE_DEVICES is set to {cvd!r} and no GPU is visible: it must list indices or UUIDs "
-            f"of GPUs this machine has (`{smi}` lists them), e.g. `0` or `0,1`."
-        )
+        tips.append((
+            "CUDA_VISIBLE_DEVICES is set to {value} and no GPU is visible: it must list indices or UUIDs "
+            "of GPUs this machine has (`{command}` lists them), e.g. `0` or `0,1`."
+        ).format(**_shown(show, value=repr(cvd), command=smi)))
     elif cvd is not None and cuda_gpus:
-        tips.append(
-            f"CUDA_VISIBLE_DEVICES is set to {cvd!r}: this process sees only those GPUs, renumbered from 0, "
+        tips.append((
+            "CUDA_VISIBLE_DEVICES is set to {value}: this process sees only those GPUs, renumbered from 0, "
             "so cuda:0 is the first GPU in that list."
-        )
+        ).format(**_shown(show, value=repr(cvd))))
 
     # 2. The classic install mistake: a CPU-only build on a machine with a GPU.
     if f.build == "CPU" and f.nvidia_evidence:
-        tips.append(
-            f"An NVIDIA GPU is present ({' / '.join(f.nvidia_evidence)}) but this torch ({f.torch}) is a "
-            f"CPU-only build: reinstall with a CUDA build, {_cuda_reinstall(f)}."
-        )
+        tips.append(_nvidia_on_cpu_build(f, show))
     if f.build == "CPU" and f.amd_evidence:
-        tips.append(
-            f"An AMD GPU driver is present ({' / '.join(f.amd_evidence)}) but this torch ({f.torch}) is a "
-            "CPU-only build: reinstall with a ROCm build, e.g. `pip install --force-reinstall "
-            f"torch=={_release(f.torch)} --index-url {_WHEELS}rocm6.4` (replace rocm6.4 with the tag that "
-            f"{_INSTALL_PAGE} lists for your system)."
-        )
+        tips.append((
+            "An AMD GPU driver is present ({evidence}) but this torch ({version}) is a CPU-only build: reinstall "
+            "with a ROCm build, e.g. `pip install --force-reinstall torch=={release} --index-url {index}` "
+            "(replace rocm6.4 with the tag that {page} lists for your system)."
+        ).format(**_shown(show, evidence=" / ".join(f.amd_evidence), version=f.torch, release=_release(f.torch),
+                          index=f"{_WHEELS}rocm6.4", page=_INSTALL_PAGE)))
 
     # 3. A GPU build that finds no GPU, with nothing hiding them.
     if gpu_build and not cuda_gpus and cvd is None:
         toolkit = f"CUDA {f.cuda}" if f.build == "CUDA" else f"ROCm {f.hip}"
         evidence = f.nvidia_evidence if f.build == "CUDA" else f.amd_evidence
-        shows = ("`nvidia-smi` shows the newest CUDA version the driver supports" if f.build == "CUDA"
-                 else "`rocm-smi --showdriverversion` shows the driver's version")
         if evidence:
-            tips.append(
-                f"This torch is built for {toolkit} and a GPU driver is present ({' / '.join(evidence)}), "
-                "yet torch sees no GPU. The usual cause is a driver older than that toolkit needs "
-                f"({shows}): update the driver, or install a torch built for an older "
-                "toolkit." + (" The warnings from torch, listed above, may say more." if f.warnings else "")
-            )
+            tips.append(_no_gpu_despite_driver(f, toolkit, " / ".join(evidence), show))
         else:
-            tips.append(
-                f"This torch is built for {toolkit} but no GPU driver was found. On a machine without a GPU "
+            tips.append((
+                "This torch is built for {toolkit} but no GPU driver was found. On a machine without a GPU "
                 "that is harmless (everything runs on the CPU); the CPU-only build is a much smaller "
-                f"download: `pip install torch=={_release(f.torch)} --index-url {_WHEELS}cpu`."
-            )
+                "download: `pip install torch=={release} --index-url {index}`."
+            ).format(**_shown(show, toolkit=toolkit, release=_release(f.torch), index=f"{_WHEELS}cpu")))
 
     if f.build == "XPU" and not any(a.kind == "xpu" for a in f.accelerators):
-        tips.append(
+        tips.append((
             "This torch is built for Intel GPUs (XPU) but sees none: is Intel's GPU driver installed? On a "
             "machine without an Intel GPU everything runs on the CPU, and the CPU-only build is a smaller "
-            f"download: `pip install torch=={_release(f.torch)} --index-url {_WHEELS}cpu`."
-        )
+            "download: `pip install torch=={release} --index-url {index}`."
+        ).format(**_shown(show, release=_release(f.torch), index=f"{_WHEELS}cpu")))
 
     # 4. GPUs that work.
     if cuda_gpus:
         n = len(cuda_gpus)
         tips.append(
-            f"Ready: {n} GPU{'s' if n > 1 else ''} visible; `try_gpu()` returns cuda:0 and GPU-only cells run."
+            ("Ready: 1 GPU visible; `try_gpu()` returns cuda:0 and GPU-only cells run.") if n == 1
+            else ("Ready: {count} GPUs visible; `try_gpu()` returns cuda:0 and GPU-only cells run.").format(
+                **_shown(show, count=n))
         )
         if f.build == "CUDA" and f.cudnn is None:
             tips.append(
@@ -373,7 +418,8 @@ def advice(facts: Facts) -> list[str]:
             "PYTORCH_ENABLE_MPS_FALLBACK=1 runs those on the CPU instead of failing. CUDA-only cells are skipped."
         )
     elif other:
-        tips.append(f"Ready: `try_gpu()` returns {f.device}. CUDA-only cells are skipped.")
+        tips.append(("Ready: `try_gpu()` returns {device}. CUDA-only cells are skipped.").format(
+            **_shown(show, device=f.device)))
     if f.mps_built and not f.mps_available and f.platform.startswith("Darwin"):
         tips.append(
             "This torch supports Apple GPUs but MPS is not available: it needs an Apple-silicon Mac "
@@ -387,53 +433,66 @@ def advice(facts: Facts) -> list[str]:
             "For a free GPU, open a chapter in Colab (Runtime > Change runtime type)."
         )
     if not tips:  # a combination none of the cases above covers
-        tips.append(f"Nothing to fix found: `try_gpu()` returns {f.device}.")
+        tips.append(("Nothing to fix found: `try_gpu()` returns {device}.").format(**_shown(show, device=f.device)))
     return tips
 
 
+def _ascii(text: str) -> str:
+    """``text`` with every character outside ASCII replaced by ``?`` (one for one, so wrapping is unchanged)."""
+    return text.encode("ascii", "replace").decode("ascii")
+
+
 def render(facts: Facts, width: int = 100) -> str:
-    """A readable report of ``facts``: one line per fact, then the advice. ASCII only."""
+    """A readable report of ``facts``: one line per fact, then the advice. What it shows of the machine (versions,
+    device names, torch's warnings) is ASCII only, and so is the whole English report: a Windows console with a
+    legacy code page can print it. Its own words are in the language set by :func:`utils.i18n.set_language`."""
     f = _check_facts(facts)
     width = check_int(width, "width", 40)
-    build = {"CPU": "CPU only", "CUDA": f"CUDA {f.cuda}", "ROCm": f"ROCm {f.hip}", "XPU": "Intel XPU"}[f.build]
+    build = (_("CPU only") if f.build == "CPU"
+             else _ascii({"CUDA": f"CUDA {f.cuda}", "ROCm": f"ROCm {f.hip}", "XPU": "Intel XPU"}[f.build]))
     if f.accelerators:
-        devices = [str(a) for a in f.accelerators]
+        devices = [_ascii(str(a)) for a in f.accelerators]
     else:
-        devices = ["none visible"]
-    cvd = "not set" if f.cuda_visible_devices is None else repr(f.cuda_visible_devices)
-    mps = "available" if f.mps_available else ("built, not available" if f.mps_built else "not built")
-    rows = [
-        ("Python", f"{f.python} ({f.platform})"),
-        ("torch", f.torch),
-        ("build", build),
-        ("cuDNN", _cudnn_text(f.cudnn)),
-        ("devices", devices[0]),
-        *(("", d) for d in devices[1:]),
-        ("course device", f.device),
-        ("CUDA_VISIBLE_DEVICES", cvd),
-        ("Apple MPS", mps),
-        ("NVIDIA driver", " / ".join(f.nvidia_evidence) or "not found"),
-        ("AMD ROCm driver", " / ".join(f.amd_evidence) or "not found"),
+        devices = [_("none visible")]
+    cvd = _("not set") if f.cuda_visible_devices is None else _ascii(repr(f.cuda_visible_devices))
+    mps = _("available") if f.mps_available else (_("built, not available") if f.mps_built else _("not built"))
+    nvidia = _ascii(" / ".join(f.nvidia_evidence)) or _("not found")
+    amd = _ascii(" / ".join(f.amd_evidence)) or _("not found")
+    # One message per line, the name of the fact in its first 22 columns (a translation keeps the values in
+    # one column); a further device is listed under the first one.
+    lines = [
+        L_("PyTorch doctor"),
+        "=" * 14,
+        L_("Python                {version} ({platform})").format(version=_ascii(f.python),
+                                                                  platform=_ascii(f.platform)),
+        L_("torch                 {version}").format(version=_ascii(f.torch)),
+        L_("build                 {build}").format(build=build),
+        L_("cuDNN                 {version}").format(version=_cudnn_text(f.cudnn)),
+        L_("devices               {device}").format(device=devices[0]),
+        *(" " * 22 + d for d in devices[1:]),
+        L_("course device         {device}").format(device=_ascii(f.device)),
+        L_("CUDA_VISIBLE_DEVICES  {value}").format(value=cvd),
+        L_("Apple MPS             {state}").format(state=mps),
+        L_("NVIDIA driver         {state}").format(state=nvidia),
+        L_("AMD ROCm driver       {state}").format(state=amd),
     ]
-    key = max(len(k) for k, _ in rows) + 2
-    lines = ["PyTorch doctor", "=" * 14]
-    lines += [f"{k:<{key}}{v}" for k, v in rows]
     if f.warnings:
-        lines += ["", "Warnings from torch"]
+        lines += ["", L_("Warnings from torch")]
         for w in f.warnings:
-            lines += textwrap.wrap(w, width, initial_indent="- ", subsequent_indent="  ", break_long_words=False)
-    lines += ["", "Advice"]
-    for tip in advice(f):
+            lines += textwrap.wrap(_ascii(w), width, initial_indent="- ", subsequent_indent="  ",
+                                   break_long_words=False)
+    lines += ["", L_("Advice")]
+    for tip in _advice(f, _ascii):
         lines += textwrap.wrap(
             tip, width, initial_indent="- ", subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
         )
-    return "\n".join(lines).encode("ascii", "replace").decode("ascii")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Print the report for this machine; always returns 0 (the report is the result)."""
     if argv is not None and (not isinstance(argv, (list, tuple)) or not all(isinstance(a, str) for a in argv)):
-        raise TypeError(f"argv must be a list of str or None, got {argv!r}")
+        raise TypeError(_("argv must be a list of str or None, got {value}").format(value=repr(argv)))
     parser = argparse.ArgumentParser(prog="python -m utils.doctor", description=__doc__.split("\n")[0])
     parser.parse_args(argv)
     print(render(gather()))

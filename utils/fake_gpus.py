@@ -28,6 +28,7 @@ import torch
 
 from utils._validate import check_int, check_number
 from utils.devices import GPU_TYPES
+from utils.i18n import _
 
 __all__ = ["FakeGPUs", "fake_gpus"]
 
@@ -42,7 +43,8 @@ class FakeGPUs:
     def __init__(self, count: int = 2, kind: str = "cuda") -> None:
         self.count = check_int(count, "count")
         if not isinstance(kind, str) or kind in ("cpu", "meta"):
-            raise ValueError(f"kind must name an accelerator such as {', '.join(GPU_TYPES)}, got {kind!r}")
+            raise ValueError(_("kind must name an accelerator such as {kinds}, got {kind}").format(
+                kinds=", ".join(GPU_TYPES), kind=repr(kind)))
         torch.device(kind)  # an unknown device type raises here, naming it
         self.kind = kind
         self.now = 0.0

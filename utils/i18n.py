@@ -15,7 +15,7 @@ import gettext
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["LANGUAGES", "N_", "_", "language", "messages_used", "set_language"]
+__all__ = ["LANGUAGES", "L_", "N_", "_", "language", "messages_used", "set_language"]
 
 LANGUAGES = ("en", "zh-Hans", "zh-Hant")
 LOCALE = Path(__file__).resolve().parent / "locale"
@@ -45,8 +45,9 @@ def N_(message: str) -> str:  # noqa: N802 (gettext's name for it)
     return message
 
 
-#: The lines ``utils`` prints or raises whole: a verdict, a hint, a hardware or version note. A Chinese edition
-#: translates the lines of its outputs that are one of these (tools/translate.py), and nothing else it printed.
+#: The lines ``utils`` prints or raises whole: a verdict, a hint, a hardware or version note (with the messages
+#: given to ``L_``). A Chinese edition translates the lines of its outputs that are one of these
+#: (tools/translate.py), and nothing else it printed.
 NOT_YET = N_("{title}: not yet. {hint}")
 FAILED_AT = N_("(The check that failed: {where}.)")
 NOT_ATTEMPTED = N_("… {title}: not attempted yet (the answer still raises NotImplementedError).")
@@ -64,6 +65,12 @@ def _(message: str) -> str:
     if used is not None:
         used.append(message)  # type: ignore[attr-defined]
     return _state["translation"].gettext(message)  # type: ignore[attr-defined]
+
+
+def L_(message: str) -> str:  # noqa: N802 (after gettext's _ and N_)
+    """``_()`` for a message that is a whole line of output (a report line, a table heading): a Chinese edition
+    translates such lines of its committed outputs through the catalogue, as its kernel prints them."""
+    return _(message)
 
 
 @contextlib.contextmanager

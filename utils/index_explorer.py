@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from utils._validate import check_bool, check_int, check_str
+from utils.i18n import L_, _
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -79,27 +80,29 @@ UNWRITTEN = -1
 
 def _check_shape(input_shape: object) -> tuple[int, ...]:
     if isinstance(input_shape, torch.Tensor) or not isinstance(input_shape, Sequence):
-        raise TypeError(f"input_shape must be a sequence of ints, got {type(input_shape).__name__}")
+        raise TypeError(_("input_shape must be a sequence of ints, got {type}").format(
+            type=type(input_shape).__name__))
     shape = tuple(input_shape)
     if not all(isinstance(s, int) and not isinstance(s, bool) for s in shape):
-        raise TypeError(f"input_shape must contain ints only, got {shape!r}")
+        raise TypeError(_("input_shape must contain ints only, got {shape}").format(shape=repr(shape)))
     if not shape:
-        raise ValueError("input_shape must have at least one dimension")
+        raise ValueError(_("input_shape must have at least one dimension"))
     if any(s < 1 for s in shape):
-        raise ValueError(f"input_shape must be positive in every dimension, got {shape!r}")
+        raise ValueError(_("input_shape must be positive in every dimension, got {shape}").format(shape=repr(shape)))
     return shape
 
 
 def _check_dim(dim: object, ndim: int) -> int:
     check_int(dim, "dim", low=-(2**63))
     if not -ndim <= dim < ndim:
-        raise ValueError(f"dim must be in [{-ndim}, {ndim - 1}] for a {ndim}-D tensor, got {dim}")
+        raise ValueError(_("dim must be in [{low}, {high}] for a {ndim}-D tensor, got {dim}").format(
+            low=-ndim, high=ndim - 1, ndim=ndim, dim=dim))
     return dim % ndim
 
 
 def _check_op(op: object) -> str:
     if op not in OPS:
-        raise ValueError(f"op must be one of {OPS}, got {op!r}")
+        raise ValueError(_("op must be one of {ops}, got {op}").format(ops=OPS, op=repr(op)))
     return str(op)
 
 
@@ -114,25 +117,25 @@ def _validate(input_shape: object, index: object, dim: object, op: object) -> tu
     shape = _check_shape(input_shape)
     op = _check_op(op)
     if not isinstance(index, torch.Tensor):
-        raise TypeError(f"index must be a torch.Tensor, got {type(index).__name__}")
+        raise TypeError(_("index must be a torch.Tensor, got {type}").format(type=type(index).__name__))
     if index.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"index must hold int64 (or int32) values, got {index.dtype}")
+        raise TypeError(_("index must hold int64 (or int32) values, got {dtype}").format(dtype=index.dtype))
     if index.dim() != len(shape):
-        raise ValueError(
-            f"index must have as many dimensions as the data ({len(shape)}), got {index.dim()}"
-        )
+        raise ValueError(_("index must have as many dimensions as the data ({ndim}), got {got}").format(
+            ndim=len(shape), got=index.dim()))
     dim = _check_dim(dim, len(shape))
     d = _larger_outside_dim(index.shape, shape, dim)
     if d is not None:
         raise ValueError(
-            f"index is larger than the data along dimension {d} ({index.shape[d]} > {shape[d]}); "
-            f"only dimension dim={dim} may be larger"
+            _("index is larger than the data along dimension {d} ({size} > {data_size}); "
+              "only dimension dim={dim} may be larger").format(d=d, size=index.shape[d], data_size=shape[d], dim=dim)
         )
     if index.numel():
         low, high = int(index.min()), int(index.max())
         bad = low if low < 0 else high
         if low < 0 or high >= shape[dim]:
-            raise ValueError(f"index holds {bad}, out of range for dimension {dim} of size {shape[dim]}")
+            raise ValueError(_("index holds {value}, out of range for dimension {dim} of size {size}").format(
+                value=bad, dim=dim, size=shape[dim]))
     return shape, dim, op
 
 
@@ -265,9 +268,9 @@ def draw_index_map(view: IndexMap, *, arrows: bool = False) -> Figure:
     from matplotlib.patches import ConnectionPatch, Rectangle
 
     if not isinstance(view, IndexMap):
-        raise TypeError(f"view must be an IndexMap (from explore), got {type(view).__name__}")
+        raise TypeError(_("view must be an IndexMap (from explore), got {type}").format(type=type(view).__name__))
     if view.index.dim() not in (1, 2):
-        raise ValueError(f"view must be 1-D or 2-D to be drawn, got {view.index.dim()}-D")
+        raise ValueError(_("view must be 1-D or 2-D to be drawn, got {ndim}-D").format(ndim=view.index.dim()))
     check_bool(arrows, "arrows")
 
     cmap = plt.get_cmap("tab20")
@@ -282,11 +285,11 @@ def draw_index_map(view: IndexMap, *, arrows: bool = False) -> Figure:
     if view.op == "gather":
         for src, dst in view.pairs:
             index_colour[_cell(dst)] = colour_of(int(view.source[src]))
-        read = {_cell(src) for src, _ in view.pairs}
+        read = {_cell(src) for src, _dst in view.pairs}
         source_colour = {cell: colour_of(int(source[cell])) for cell in read}
         output_colour = dict(index_colour)
     else:
-        for src, _ in view.pairs:
+        for src, _dst in view.pairs:
             index_colour[_cell(src)] = colour_of(int(view.source[src]))
         source_colour = dict(index_colour)
         output_colour = {}
@@ -347,7 +350,7 @@ def draw_index_map(view: IndexMap, *, arrows: bool = False) -> Figure:
 def format_index(index: torch.Tensor) -> str:
     """A 1-D or 2-D index as editable text: one row per line, entries separated by spaces."""
     if not isinstance(index, torch.Tensor) or index.dim() not in (1, 2):
-        raise ValueError("index must be a 1-D or 2-D tensor")
+        raise ValueError(_("index must be a 1-D or 2-D tensor"))
     rows = [index.tolist()] if index.dim() == 1 else index.tolist()
     return "\n".join(" ".join(str(v) for v in row) for row in rows)
 
@@ -360,17 +363,18 @@ def parse_index(text: str, ndim: int) -> torch.Tensor:
     """
     check_str(text, "text", empty=True)
     if ndim not in (1, 2):
-        raise ValueError(f"ndim must be 1 or 2, got {ndim!r}")
+        raise ValueError(_("ndim must be 1 or 2, got {ndim}").format(ndim=repr(ndim)))
     lines = [line for line in text.replace(";", "\n").splitlines() if line.strip()]
     try:
         rows = [[int(v) for v in line.replace(",", " ").split()] for line in lines]
     except ValueError:
-        raise ValueError(f"text must hold integers only, got {text!r}") from None
+        raise ValueError(_("text must hold integers only, got {text}").format(text=repr(text))) from None
     if not rows or any(len(row) != len(rows[0]) for row in rows):
-        raise ValueError(f"text must be a non-empty grid with the same number of entries on every row, got {text!r}")
+        raise ValueError(_("text must be a non-empty grid with the same number of entries on every row, got {text}")
+                         .format(text=repr(text)))
     if ndim == 1:
         if len(rows) != 1:
-            raise ValueError(f"text must be a single row for a 1-D index, got {len(rows)} rows")
+            raise ValueError(_("text must be a single row for a 1-D index, got {count} rows").format(count=len(rows)))
         return torch.tensor(rows[0], dtype=torch.int64, device="cpu")
     return torch.tensor(rows, dtype=torch.int64, device="cpu")
 
@@ -384,13 +388,15 @@ def random_index(
     dim = _check_dim(dim, len(data_shape))
     if isinstance(shape, torch.Tensor) or not isinstance(shape, Sequence) or \
             not all(isinstance(n, int) and not isinstance(n, bool) for n in shape):
-        raise TypeError(f"shape must be a sequence of ints, got {shape!r}")
+        raise TypeError(_("shape must be a sequence of ints, got {shape}").format(shape=repr(shape)))
     if len(shape) != len(data_shape) or any(n < 0 for n in shape):
-        raise ValueError(f"shape must be {len(data_shape)} sizes >= 0 (one per data dimension), got {tuple(shape)}")
+        raise ValueError(_("shape must be {ndim} sizes >= 0 (one per data dimension), got {shape}").format(
+            ndim=len(data_shape), shape=tuple(shape)))
     if _larger_outside_dim(shape, data_shape, dim) is not None:
-        raise ValueError(f"shape {tuple(shape)} is larger than the data {data_shape} outside dimension dim={dim}")
+        raise ValueError(_("shape {shape} is larger than the data {data_shape} outside dimension dim={dim}").format(
+            shape=tuple(shape), data_shape=data_shape, dim=dim))
     if not isinstance(generator, torch.Generator) or generator.device.type != "cpu":
-        raise TypeError(f"generator must be a CPU torch.Generator, got {generator!r}")
+        raise TypeError(_("generator must be a CPU torch.Generator, got {generator}").format(generator=repr(generator)))
     return torch.randint(0, data_shape[dim], tuple(shape), generator=generator, device="cpu")
 
 
@@ -415,7 +421,8 @@ class IndexExplorer:
         self.input_shape = _check_shape(input_shape)
         ndim = len(self.input_shape)
         if ndim not in (1, 2):
-            raise ValueError(f"input_shape must be 1-D or 2-D for the explorer, got {self.input_shape!r}")
+            raise ValueError(_("input_shape must be 1-D or 2-D for the explorer, got {shape}").format(
+                shape=repr(self.input_shape)))
         self._generator = torch.Generator().manual_seed(seed)
         if index is None:
             index = random_index(self.input_shape, dim, self.input_shape, self._generator)
@@ -431,9 +438,9 @@ class IndexExplorer:
             layout=widgets.Layout(width="18em", height=f"{2 + index.shape[0] if index.dim() == 2 else 3}em"),
         )
         self.randomize = widgets.Button(
-            description="Randomize index", icon="random", layout=widgets.Layout(width="auto")
+            description=_("Randomize index"), icon="random", layout=widgets.Layout(width="auto")
         )
-        self.arrows = widgets.Checkbox(value=False, description="arrows")
+        self.arrows = widgets.Checkbox(value=False, description=_("arrows"))
         self.message = widgets.HTML()
         self.image = widgets.Image(format="png")
         self.widget = widgets.VBox(
@@ -472,7 +479,8 @@ class IndexExplorer:
             self.view, self.figure, self.error = None, None, str(err)
             self.image.value = b""
             self.image.layout.display = "none"
-            self.message.value = f"<span style='color:#b00'>Not drawn: {html.escape(str(err))}</span>"
+            not_drawn = _("Not drawn: {error}").format(error=html.escape(str(err)))
+            self.message.value = f"<span style='color:#b00'>{not_drawn}</span>"
             return
         figure = draw_index_map(view, arrows=self.arrows.value)
         buffer = io.BytesIO()
@@ -482,21 +490,28 @@ class IndexExplorer:
         self.image.value = buffer.getvalue()
         self.image.layout.display = None
         self.redraws += 1
-        clash = view.collisions
-        note = f"; {len(clash)} output cell(s) written more than once (black frame)" if clash else ""
-        self.message.value = f"{len(view.pairs)} elements moved. Rule: <code>{html.escape(view.rule)}</code>{note}"
+        values = {"count": len(view.pairs), "rule": html.escape(view.rule), "clashes": len(view.collisions)}
+        if view.collisions:
+            self.message.value = _("{count} elements moved. Rule: <code>{rule}</code>; {clashes} output cell(s) "
+                                   "written more than once (black frame)").format(**values)
+        else:
+            self.message.value = _("{count} elements moved. Rule: <code>{rule}</code>").format(**values)
 
     def describe(self) -> str:
         """One readable line: what the explorer shows now (or why it draws nothing)."""
         if self.view is None:
-            return f"Index explorer for data of shape {self.input_shape}: not drawn ({self.error})"
+            return L_("Index explorer for data of shape {shape}: not drawn ({error})").format(
+                shape=self.input_shape, error=self.error)
         view = self.view
-        clash = f"; {len(view.collisions)} output cell(s) written more than once" if view.collisions else ""
-        return (
-            f"Index explorer: {view.op} along dim={view.dim} of data of shape {self.input_shape} with an index "
-            f"of shape {tuple(view.index.shape)}: {view.rule}; {len(view.pairs)} elements moved{clash}. "
-            "Run the notebook to use the controls."
-        )
+        values = {"op": view.op, "dim": view.dim, "shape": self.input_shape, "index_shape": tuple(view.index.shape),
+                  "rule": view.rule, "count": len(view.pairs), "clashes": len(view.collisions)}
+        if view.collisions:
+            return L_("Index explorer: {op} along dim={dim} of data of shape {shape} with an index of shape "
+                      "{index_shape}: {rule}; {count} elements moved; {clashes} output cell(s) written more than "
+                      "once. Run the notebook to use the controls.").format(**values)
+        return L_("Index explorer: {op} along dim={dim} of data of shape {shape} with an index of shape "
+                  "{index_shape}: {rule}; {count} elements moved. Run the notebook to use the controls.").format(
+            **values)
 
     def __repr__(self) -> str:
         return self.describe()
@@ -531,7 +546,7 @@ def build_explorer(
     shape = _check_shape(input_shape)
     check_int(seed, "seed", 0, 2**64 - 1)  # the non-negative seeds manual_seed accepts
     if index is not None and not isinstance(index, torch.Tensor):
-        raise TypeError(f"index must be a torch.Tensor or None, got {type(index).__name__}")
+        raise TypeError(_("index must be a torch.Tensor or None, got {type}").format(type=type(index).__name__))
     _check_dim(dim, len(shape))
     _check_op(op)
     return IndexExplorer(shape, index, dim, op, seed)

@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from utils._validate import check_choice, check_int
+from utils.i18n import L_, N_, _
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from matplotlib.axes import Axes
@@ -60,15 +61,16 @@ __all__ = [
     "weight_std",
 ]
 
-#: Scheme name → label shown in the widget. Every scheme fills a weight of shape ``(fan_out, fan_in)``.
+#: Scheme name → label shown in the widget (English here and in the figure's legend; the widget and the summary
+#: line show it through ``_()``). Every scheme fills a weight of shape ``(fan_out, fan_in)``.
 SCHEMES: dict[str, str] = {
-    "normal_0.01": "normal, std 0.01 (too small)",
-    "normal_1": "normal, std 1 (too large)",
-    "default": "PyTorch's nn.Linear default",
-    "xavier_uniform": "Xavier uniform",
-    "xavier_normal": "Xavier normal",
-    "kaiming_uniform": "Kaiming uniform",
-    "kaiming_normal": "Kaiming normal",
+    "normal_0.01": N_("normal, std 0.01 (too small)"),
+    "normal_1": N_("normal, std 1 (too large)"),
+    "default": N_("PyTorch's nn.Linear default"),
+    "xavier_uniform": N_("Xavier uniform"),
+    "xavier_normal": N_("Xavier normal"),
+    "kaiming_uniform": N_("Kaiming uniform"),
+    "kaiming_normal": N_("Kaiming normal"),
 }
 
 #: Activation applied after every layer. ``"linear"`` means none.
@@ -129,7 +131,7 @@ def init_weight_(
 ) -> torch.Tensor:
     """Fill the 2-D ``weight`` in place with ``scheme`` (one of :data:`SCHEMES`) and return it."""
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
-        raise TypeError(f"weight must be a 2-D tensor, got {type(weight).__name__}")
+        raise TypeError(_("weight must be a 2-D tensor, got {type}").format(type=type(weight).__name__))
     _check_choice(scheme, "scheme", tuple(SCHEMES))
     _check_choice(activation, "activation", ACTIVATIONS)
     g = generator
@@ -291,9 +293,9 @@ def draw(results: ExplorerResult | Sequence[ExplorerResult], fig: Figure | None 
     if isinstance(results, ExplorerResult):
         results = [results]
     if not isinstance(results, Sequence) or not results or not all(isinstance(r, ExplorerResult) for r in results):
-        raise TypeError("results must be an ExplorerResult or a non-empty sequence of them")
+        raise TypeError(_("results must be an ExplorerResult or a non-empty sequence of them"))
     if fig is not None and not isinstance(fig, Figure):
-        raise TypeError(f"fig must be a matplotlib Figure or None, got {type(fig).__name__}")
+        raise TypeError(_("fig must be a matplotlib Figure or None, got {type}").format(type=type(fig).__name__))
     if fig is None:
         fig = plt.figure(figsize=(10, 3.6))
     else:
@@ -394,11 +396,12 @@ class InitExplorer:
         """One readable line: what the explorer shows now."""
         r = self.result
         if r is None:
-            return "Init explorer (not drawn yet)"
-        return (
-            f"Init explorer: {r.label}, {r.activation}, fan_in {r.fan_in}, width {r.width}, depth {r.depth}; "
-            f"pre-activation std {r.pre_stds[0].item():.3g} at layer 1, {r.pre_stds[-1].item():.3g} at layer "
-            f"{r.depth}. Run the notebook to move the controls."
+            return L_("Init explorer (not drawn yet)")
+        return L_("Init explorer: {label}, {activation}, fan_in {fan_in}, width {width}, depth {depth}; "
+                  "pre-activation std {first} at layer 1, {last} at layer {depth}. Run the notebook to move the "
+                  "controls.").format(
+            label=_(r.label), activation=r.activation, fan_in=r.fan_in, width=r.width, depth=r.depth,
+            first=f"{r.pre_stds[0].item():.3g}", last=f"{r.pre_stds[-1].item():.3g}",
         )
 
     def __repr__(self) -> str:
@@ -431,21 +434,23 @@ def build_ui(
     _check_choice(activation, "activation", ACTIVATIONS)
     for name, value in (("fan_in", fan_in), ("width", width)):
         if check_int(value, name, 1) not in WIDTHS:
-            raise ValueError(f"{name} must be one of {WIDTHS}, got {value}")
+            raise ValueError(_("{name} must be one of {choices}, got {value}").format(
+                name=name, choices=WIDTHS, value=value))
     depth = check_int(depth, "depth", 1, MAX_DEPTH)
 
     style = {"description_width": "90px"}
     controls: dict[str, Any] = {
         "scheme": widgets.Dropdown(
-            options=[(label, name) for name, label in SCHEMES.items()], value=scheme, description="init", style=style
+            options=[(_(label), name) for name, label in SCHEMES.items()], value=scheme, description=_("init"),
+            style=style
         ),
-        "activation": widgets.ToggleButtons(options=list(ACTIVATIONS), value=activation, description="activation",
+        "activation": widgets.ToggleButtons(options=list(ACTIVATIONS), value=activation, description=_("activation"),
                                             style=style),
-        "fan_in": widgets.SelectionSlider(options=list(WIDTHS), value=fan_in, description="fan_in (input)",
+        "fan_in": widgets.SelectionSlider(options=list(WIDTHS), value=fan_in, description=_("fan_in (input)"),
                                           continuous_update=False, style=style),
-        "width": widgets.SelectionSlider(options=list(WIDTHS), value=width, description="width",
+        "width": widgets.SelectionSlider(options=list(WIDTHS), value=width, description=_("width"),
                                          continuous_update=False, style=style),
-        "depth": widgets.IntSlider(value=depth, min=1, max=MAX_DEPTH, description="depth", continuous_update=False,
+        "depth": widgets.IntSlider(value=depth, min=1, max=MAX_DEPTH, description=_("depth"), continuous_update=False,
                                    style=style),
     }
     image = widgets.Image(format="png")

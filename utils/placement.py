@@ -16,8 +16,10 @@ import torch
 from torch import nn
 
 from utils._validate import check_int
+from utils.i18n import _
 
-__all__ = ["ALLOCATOR_BLOCK", "adam_step_peak", "allocator_block_bytes", "allocator_segment_bytes", "strays"]
+__all__ = ["ALLOCATOR_BLOCK", "adam_step_peak", "allocator_block_bytes", "allocator_segment_bytes", "stray_attributes",
+           "stray_text", "strays"]
 
 MiB = 2**20
 
@@ -37,9 +39,24 @@ def strays(module: nn.Module) -> list[str]:
     (``_parameters``, ``_buffers``, ``_modules``, the hooks) are not strays; a learner's ``self._mean``
     is. A container whose modules are all registered anyway (a second name for them) or hold no tensor
     (``nn.ReLU()``) is not a stray either: ``.to()`` moves modules in place and misses nothing there.
+    The texts are in the language of :func:`utils.set_language`; :func:`stray_attributes` gives the same
+    findings as data.
     """
+    return [stray_text(where, container) for where, container in stray_attributes(module)]
+
+
+def stray_text(where: str, container: str | None) -> str:
+    """How :func:`strays` names one finding of :func:`stray_attributes`."""
+    if container is None:
+        return f"{where} (plain tensor attribute)"  # labels a notebook compares, as data: not translated
+    return f"{where} ({container} of modules or tensors)"
+
+
+def stray_attributes(module: nn.Module) -> list[tuple[str, str | None]]:
+    """What :func:`strays` finds, as ``(dotted name, container)``: ``container`` is the container's type name
+    (``"list"``, ``"tuple"``, ``"dict"``...) for a container of modules or tensors, ``None`` for a plain tensor."""
     if not isinstance(module, nn.Module):
-        raise TypeError(f"module must be an nn.Module, got {type(module).__name__}")
+        raise TypeError(_("module must be an nn.Module, got {type}").format(type=type(module).__name__))
     registered = {id(m) for m in module.modules()}
 
     def missed(value: object) -> bool:
@@ -50,14 +67,14 @@ def strays(module: nn.Module) -> list[str]:
         return isinstance(value, nn.Module) and id(value) not in registered and any(
             True for _ in (*value.parameters(), *value.buffers()))
 
-    found = []
+    found: list[tuple[str, str | None]] = []
     for where, value in _own_attributes(module):
         if _is_plain_tensor(value):
-            found.append(f"{where} (plain tensor attribute)")
+            found.append((where, None))
         elif isinstance(value, (list, tuple, set, frozenset, dict)):
             items = value.values() if isinstance(value, dict) else value
             if any(missed(v) for v in items):
-                found.append(f"{where} ({type(value).__name__} of modules or tensors)")
+                found.append((where, type(value).__name__))
     return found
 
 

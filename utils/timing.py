@@ -64,6 +64,7 @@ from torch.overrides import TorchFunctionMode
 
 from utils._validate import check_int, check_number, check_str
 from utils.devices import GPU_TYPES
+from utils.i18n import L_, _
 
 if TYPE_CHECKING:
     from torch.utils.benchmark import Timer
@@ -99,28 +100,31 @@ def _as_devices(devices: DeviceLike | Iterable[DeviceLike], name: str = "devices
     """Normalize one device or an iterable of devices; duplicates removed, order kept."""
     items = [devices] if isinstance(devices, torch.device | str) else devices
     if not isinstance(items, Iterable):
-        raise TypeError(f"{name} must be a torch.device, a str such as 'cuda:0', or an iterable of them; "
-                        f"got {type(devices).__name__}")
+        raise TypeError(_("{name} must be a torch.device, a str such as 'cuda:0', or an iterable of them; "
+                          "got {type_name}").format(name=name, type_name=type(devices).__name__))
     out: list[torch.device] = []
     for item in items:
         if not isinstance(item, torch.device | str):
-            raise TypeError(f"{name} must hold torch.device or str items, got {type(item).__name__} {item!r}")
+            raise TypeError(_("{name} must hold torch.device or str items, got {type_name} {item}").format(
+                name=name, type_name=type(item).__name__, item=repr(item)))
         try:
             device = torch.device(item)
         except RuntimeError as err:
-            raise ValueError(f"{name}: {item!r} is not a device ({err})") from None
+            raise ValueError(_("{name}: {item} is not a device ({error})").format(
+                name=name, item=repr(item), error=err)) from None
         if device.type not in DEVICE_TYPES:
-            raise ValueError(f"{name}: cannot synchronize a {device.type!r} device; known types: {DEVICE_TYPES}")
+            raise ValueError(_("{name}: cannot synchronize a {device_type} device; known types: {known}").format(
+                name=name, device_type=repr(device.type), known=DEVICE_TYPES))
         if device not in out:
             out.append(device)
     if not out:
-        raise ValueError(f"{name} must name at least one device")
+        raise ValueError(_("{name} must name at least one device").format(name=name))
     return tuple(out)
 
 
 def _check_callable(fn: object, name: str) -> None:
     if not callable(fn):
-        raise TypeError(f"{name} must be callable, got {type(fn).__name__}")
+        raise TypeError(_("{name} must be callable, got {type_name}").format(name=name, type_name=type(fn).__name__))
 
 
 def _check_optional_int(value: object, name: str, minimum: int) -> int | None:
@@ -150,9 +154,12 @@ def synchronize(devices: DeviceLike | Iterable[DeviceLike]) -> None:
         return
     accelerator = torch.accelerator.current_accelerator()
     for device in devs:
-        if accelerator is None or device.type != accelerator.type:
-            have = "no accelerator" if accelerator is None else f"a {accelerator.type} accelerator"
-            raise ValueError(f"devices: cannot synchronize {device}: this machine has {have}")
+        if accelerator is None:
+            raise ValueError(_("devices: cannot synchronize {device}: this machine has no accelerator").format(
+                device=device))
+        if device.type != accelerator.type:
+            raise ValueError(_("devices: cannot synchronize {device}: this machine has a {kind} accelerator").format(
+                device=device, kind=accelerator.type))
     for device in devs:
         torch.accelerator.synchronize(device)
 
@@ -188,7 +195,7 @@ def format_seconds(seconds: float) -> str:
     """``0.00123`` → ``'1.23 ms'``: three significant digits in s, ms, µs or ns; whole seconds from 1000 s."""
     seconds = check_number(seconds, "seconds")
     if not math.isfinite(seconds):
-        raise ValueError(f"seconds must be finite, got {seconds}")
+        raise ValueError(_("seconds must be finite, got {seconds}").format(seconds=seconds))
     rounded = float(f"{seconds:.3g}")  # the unit is chosen after rounding: 999.6 µs is '1 ms', not '1e+03 µs'
     for unit, scale in (("ns", 1e-9), ("µs", 1e-6), ("ms", 1e-3), ("s", 1.0)):
         text = f"{rounded / scale:.3g}"
@@ -216,18 +223,19 @@ class Timing:
 
     def __post_init__(self) -> None:
         if not isinstance(self.times, tuple) or not self.times:
-            raise ValueError("times must be a non-empty tuple of seconds per call")
+            raise ValueError(_("times must be a non-empty tuple of seconds per call"))
         if not all(isinstance(t, float) and math.isfinite(t) and t >= 0 for t in self.times):
-            raise ValueError("times must hold finite, non-negative floats")
+            raise ValueError(_("times must hold finite, non-negative floats"))
         check_int(self.number, "number", 1)
         check_int(self.warmup, "warmup", 0)
         if not isinstance(self.devices, tuple) or not self.devices or not all(
             isinstance(d, str) and d for d in self.devices
         ):
-            raise TypeError(f"devices must be a non-empty tuple of device names such as ('cuda:0',), "
-                            f"got {self.devices!r}")
+            raise TypeError(_("devices must be a non-empty tuple of device names such as ('cuda:0',), "
+                              "got {devices}").format(devices=repr(self.devices)))
         if self.method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+            raise ValueError(_("method must be one of {methods}, got {method}").format(
+                methods=METHODS, method=repr(self.method)))
         check_str(self.label, "label", empty=True)
 
     @property
@@ -240,7 +248,7 @@ class Timing:
         """Interquartile range of the seconds per call (0 with a single measurement)."""
         if len(self.times) < 2:
             return 0.0
-        q1, _, q3 = statistics.quantiles(self.times, n=4, method="inclusive")
+        q1, _q2, q3 = statistics.quantiles(self.times, n=4, method="inclusive")
         return q3 - q1
 
     @property
@@ -249,14 +257,44 @@ class Timing:
         return min(self.times)
 
     def __str__(self) -> str:
-        name = f"{self.label}: " if self.label else ""
-        how = {"repeat": "", "autorange": ", blocked_autorange", "events": ", CUDA events"}[self.method]
-        warm = f"{self.warmup} warm-up call{'' if self.warmup == 1 else 's'}"
-        return (
-            f"{name}{format_seconds(self.median)} per call "
-            f"(median of {len(self.times)} × {self.number} calls, IQR {format_seconds(self.iqr)}{how}; "
-            f"{warm}; synchronized {', '.join(self.devices)})"
-        )
+        line = _TIMING_LINES[(bool(self.label), self.method, self.warmup == 1)]()
+        return line.format(label=self.label, median=format_seconds(self.median), repeats=len(self.times),
+                           number=self.number, iqr=format_seconds(self.iqr), warmup=self.warmup,
+                           devices=", ".join(self.devices))
+
+
+#: The line ``str(timing)`` prints, one whole-line message for each (labelled, method, one warm-up call): a
+#: notebook prints it as it is.
+_TIMING_LINES: dict[tuple[bool, str, bool], Callable[[], str]] = {
+    (True, "repeat", False): lambda: L_("{label}: {median} per call (median of {repeats} × {number} calls, "
+                                        "IQR {iqr}; {warmup} warm-up calls; synchronized {devices})"),
+    (True, "repeat", True): lambda: L_("{label}: {median} per call (median of {repeats} × {number} calls, "
+                                       "IQR {iqr}; {warmup} warm-up call; synchronized {devices})"),
+    (True, "autorange", False): lambda: L_("{label}: {median} per call (median of {repeats} × {number} calls, "
+                                           "IQR {iqr}, blocked_autorange; {warmup} warm-up calls; "
+                                           "synchronized {devices})"),
+    (True, "autorange", True): lambda: L_("{label}: {median} per call (median of {repeats} × {number} calls, "
+                                          "IQR {iqr}, blocked_autorange; {warmup} warm-up call; "
+                                          "synchronized {devices})"),
+    (True, "events", False): lambda: L_("{label}: {median} per call (median of {repeats} × {number} calls, "
+                                        "IQR {iqr}, CUDA events; {warmup} warm-up calls; synchronized {devices})"),
+    (True, "events", True): lambda: L_("{label}: {median} per call (median of {repeats} × {number} calls, "
+                                       "IQR {iqr}, CUDA events; {warmup} warm-up call; synchronized {devices})"),
+    (False, "repeat", False): lambda: L_("{median} per call (median of {repeats} × {number} calls, "
+                                         "IQR {iqr}; {warmup} warm-up calls; synchronized {devices})"),
+    (False, "repeat", True): lambda: L_("{median} per call (median of {repeats} × {number} calls, "
+                                        "IQR {iqr}; {warmup} warm-up call; synchronized {devices})"),
+    (False, "autorange", False): lambda: L_("{median} per call (median of {repeats} × {number} calls, "
+                                            "IQR {iqr}, blocked_autorange; {warmup} warm-up calls; "
+                                            "synchronized {devices})"),
+    (False, "autorange", True): lambda: L_("{median} per call (median of {repeats} × {number} calls, "
+                                           "IQR {iqr}, blocked_autorange; {warmup} warm-up call; "
+                                           "synchronized {devices})"),
+    (False, "events", False): lambda: L_("{median} per call (median of {repeats} × {number} calls, "
+                                         "IQR {iqr}, CUDA events; {warmup} warm-up calls; synchronized {devices})"),
+    (False, "events", True): lambda: L_("{median} per call (median of {repeats} × {number} calls, "
+                                        "IQR {iqr}, CUDA events; {warmup} warm-up call; synchronized {devices})"),
+}
 
 
 # --- measuring ------------------------------------------------------------------------------------
@@ -300,10 +338,10 @@ def compare(
     the order given.
     """
     if not isinstance(candidates, Mapping) or not candidates:
-        raise TypeError("candidates must be a non-empty mapping of name -> callable")
+        raise TypeError(_("candidates must be a non-empty mapping of name -> callable"))
     for key, fn in candidates.items():
         if not isinstance(key, str):
-            raise TypeError(f"candidates: names must be str, got {type(key).__name__}")
+            raise TypeError(_("candidates: names must be str, got {type_name}").format(type_name=type(key).__name__))
         _check_common(fn, warmup, repeats, number, num_threads, key, timer, name=f"candidates[{key!r}]")
     devs = _default_devices() if devices is None else _as_devices(devices)
     clock = _clock(devs, timer)
@@ -311,10 +349,10 @@ def compare(
     raw: dict[str, list[float]] = {key: [] for key in candidates}
     with _intra_op_threads(num_threads):
         for fn in candidates.values():
-            for _ in range(warmup):
+            for _call in range(warmup):
                 fn()
         numbers = {key: number or _calls_per_block(fn, clock) for key, fn in candidates.items()}
-        for _ in range(repeats):
+        for _round in range(repeats):
             for key, t in timers.items():
                 raw[key].append(t.timeit(numbers[key]) / numbers[key])
     names = tuple(str(d) for d in devs)
@@ -360,17 +398,17 @@ def _measure_events(fn: Callable[[], object], device: torch.device, warmup: int,
     """GPU-side seconds per call between two CUDA events on ``device``'s current stream."""
     synchronize(device)  # a device this machine lacks: a ValueError naming it, before torch.cuda is asked
     stream = torch.cuda.current_stream(device)
-    for _ in range(warmup):
+    for _call in range(warmup):
         fn()
     if number is None:
         number = _calls_per_block(fn, _clock((device,), timer))
     synchronize(device)
     times = []
-    for _ in range(repeats):
+    for _round in range(repeats):
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record(stream)
-        for _ in range(number):
+        for _call in range(number):
             fn()
         end.record(stream)
         end.synchronize()
@@ -413,10 +451,11 @@ def measure(
     """
     _check_common(fn, warmup, repeats, number, num_threads, label, timer)
     if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        raise ValueError(_("method must be one of {methods}, got {method}").format(methods=METHODS,
+                                                                                    method=repr(method)))
     min_run_time = check_number(min_run_time, "min_run_time")
     if not min_run_time > 0:
-        raise ValueError(f"min_run_time must be > 0, got {min_run_time}")
+        raise ValueError(_("min_run_time must be > 0, got {min_run_time}").format(min_run_time=min_run_time))
     devs = _default_devices() if devices is None else _as_devices(devices)
     names = tuple(str(d) for d in devs)
 
@@ -426,17 +465,18 @@ def measure(
 
     if method == "events":
         if len(devs) != 1 or devs[0].type != "cuda":
-            raise ValueError(f"devices must be exactly one CUDA device for method='events', got {names}")
+            raise ValueError(_("devices must be exactly one CUDA device for method='events', got {names}").format(
+                names=names))
         with _intra_op_threads(num_threads):
             times, number = _measure_events(fn, devs[0], warmup, repeats, number, timer)
         return Timing(tuple(times), number, warmup, names, "events", label)
 
     # autorange
     if number is not None:
-        raise ValueError("number must be None for method='autorange': blocked_autorange chooses it")
+        raise ValueError(_("number must be None for method='autorange': blocked_autorange chooses it"))
     bench = benchmark_timer(fn, devices=devs, num_threads=num_threads, label=label, timer=timer)
     with _intra_op_threads(num_threads):
-        for _ in range(warmup):
+        for _call in range(warmup):
             fn()
     result = bench.blocked_autorange(min_run_time=min_run_time)
     return Timing(tuple(float(t) for t in result.times), int(result.number_per_run), warmup, names,
@@ -447,7 +487,7 @@ def measure(
 
 def _check_tasks(tasks: object) -> None:
     if isinstance(tasks, str | bytes) or not isinstance(tasks, Sequence) or not tasks:
-        raise TypeError("tasks must be a non-empty sequence of callables")
+        raise TypeError(_("tasks must be a non-empty sequence of callables"))
     for i, task in enumerate(tasks):
         _check_callable(task, f"tasks[{i}]")
 
@@ -497,7 +537,7 @@ class CPUWorkers:
     def run(self, tasks: Sequence[Callable[[], T]]) -> list[T]:
         """Run ``tasks`` on the workers (task ``i`` on worker ``i % workers``); return their results."""
         if self._closed:
-            raise RuntimeError("these CPUWorkers are closed")
+            raise RuntimeError(_("these CPUWorkers are closed"))
         _check_tasks(tasks)
         futures = [self._queues[k].submit(lambda batch: [task() for task in batch], list(tasks[k::self.workers]))
                    for k in range(min(self.workers, len(tasks)))]
@@ -541,7 +581,8 @@ def run_on_cpu_workers(tasks: Sequence[Callable[[], T]], workers: int) -> list[T
     _check_tasks(tasks)
     check_int(workers, "workers", 1)
     if workers > len(tasks):
-        raise ValueError(f"workers must be <= len(tasks) ({len(tasks)}), got {workers}: a worker would idle")
+        raise ValueError(_("workers must be <= len(tasks) ({count}), got {workers}: a worker would idle").format(
+            count=len(tasks), workers=workers))
     with CPUWorkers(workers) as pool:
         return pool.run(tasks)
 

@@ -23,7 +23,7 @@ from torch import nn
 
 from utils.checks import ExerciseFailed, exercise, expect, learner_code, same_device
 from utils.i18n import N_, _
-from utils.placement import _is_plain_tensor, _own_attributes, strays
+from utils.placement import _is_plain_tensor, _own_attributes, stray_attributes, stray_text
 
 __all__ = ["check_movable", "check_noise"]
 
@@ -211,9 +211,9 @@ def _check_movable_with(cls: type[nn.Module], device: torch.device, mean: torch.
         _("right after construction some tensors are on {device}, but mean and std "
           "arrived on the CPU: {cause}").format(device=placed[0] if placed else "", cause=_(_HARD_CODED)),
     )
-    left = strays(model)
-    lists = [s for s in left if "of modules or tensors" in s]
-    plain = [s for s in left if "plain tensor" in s]
+    left = stray_attributes(model)
+    lists = [stray_text(where, container) for where, container in left if container is not None]
+    plain = [stray_text(where, container) for where, container in left if container is None]
     expect(
         not lists,
         _(".to() right after construction cannot see inside {names}: keep the layers in an "
