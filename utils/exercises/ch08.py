@@ -6,56 +6,19 @@ compares the answer with the bytes the step really holds.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import functools
 import numbers
-import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from utils.checks import ExerciseFailed, exercise, expect, learner_code
+from utils.checks import exercise, expect, learner_code
+from utils.exercises.ch07 import _calling, _own_rng  # chapter 07's: a hard-coded CUDA device, a fixed seed
 from utils.i18n import N_, _
 
 __all__ = ["check_accumulate", "check_training_bytes"]
-
-CPU = torch.device("cpu")
-_CUDA = re.compile(r"cuda|nvidia", re.IGNORECASE)
-_HARD_CODED = N_(
-    "a hard-coded device such as .cuda() or device='cuda' (torch.device('cuda') fails where there is no "
-    "GPU, and elsewhere puts tensors where the caller did not ask): take the device from the input "
-    "(x.device) or leave it to .to(device)"
-)
-
-
-@contextlib.contextmanager
-def _calling(what: str, hint: str, on: torch.device = CPU) -> Iterator[None]:
-    """:func:`learner_code` that recognizes a hard-coded CUDA device in the error."""
-    try:
-        yield
-    except ExerciseFailed:
-        raise
-    except Exception as err:
-        if on.type != "cuda" and _CUDA.search(f"{type(err).__name__}: {err}"):
-            hint = _(_HARD_CODED)
-        with learner_code(what, hint):
-            raise err from None
-
-
-def _own_rng(check: Callable[..., None]) -> Callable[..., None]:
-    """Run ``check`` with its own CPU random state, so calling it leaves the learner's unchanged."""
-
-    @functools.wraps(check)
-    def run(*args, **kwargs) -> None:
-        with torch.random.fork_rng(devices=[]):
-            torch.default_generator.manual_seed(6)
-            check(*args, **kwargs)
-
-    return run
-
 
 # --- Exercise 1 ------------------------------------------------------------------------------------
 
