@@ -40,6 +40,8 @@ TRADITIONAL_TERMS = {
     "优化器": "優化器",  # (s2twp: 最佳化器)
     "打印出": "印出",
     "打印": "印出",  # print() (s2twp: 列印, on paper)
+    "进程": "行程",  # an operating-system process (s2twp: 程序, a procedure; 子程序 would be a subroutine)
+    "“": "「", "”": "」", "‘": "『", "’": "』",  # Taiwan's quotation marks
 }
 _TERMS = re.compile("|".join(map(re.escape, sorted(TRADITIONAL_TERMS, key=len, reverse=True))))
 

@@ -29,7 +29,6 @@ import platform
 import re
 import shutil
 import sys
-import textwrap
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -278,11 +277,11 @@ def _nvidia_on_cpu_build(f: Facts, show: Callable[[str], str]) -> str:
     evidence = " / ".join(f.nvidia_evidence)
     index = _cuda_wheels(f.cuda)
     if index:
-        return (
+        return L_(
             "An NVIDIA GPU is present ({evidence}) but this torch ({version}) is a CPU-only build: reinstall with "
             "a CUDA build, e.g. `pip install --force-reinstall torch=={release} --index-url {index}`."
         ).format(**_shown(show, evidence=evidence, version=f.torch, release=_release(f.torch), index=index))
-    return (
+    return L_(
         "An NVIDIA GPU is present ({evidence}) but this torch ({version}) is a CPU-only build: reinstall with a "
         "CUDA build, with the command that PyTorch's install selector ({page}) gives for your system; choose a "
         "CUDA version your driver supports (`nvidia-smi` shows the newest it supports)."
@@ -308,27 +307,27 @@ def _no_gpu_despite_driver(f: Facts, toolkit: str, evidence: str, show: Callable
     """The tip for a GPU build that sees no GPU although a driver is present: one whole message for each
     build, with and without the warnings from torch to point to."""
     if f.build == "CUDA" and f.warnings:
-        message = (
+        message = L_(
             "This torch is built for {toolkit} and a GPU driver is present ({evidence}), yet torch sees no GPU. "
             "The usual cause is a driver older than that toolkit needs (`nvidia-smi` shows the newest CUDA "
             "version the driver supports): update the driver, or install a torch built for an older toolkit. "
             "The warnings from torch, listed above, may say more."
         )
     elif f.build == "CUDA":
-        message = (
+        message = L_(
             "This torch is built for {toolkit} and a GPU driver is present ({evidence}), yet torch sees no GPU. "
             "The usual cause is a driver older than that toolkit needs (`nvidia-smi` shows the newest CUDA "
             "version the driver supports): update the driver, or install a torch built for an older toolkit."
         )
     elif f.warnings:
-        message = (
+        message = L_(
             "This torch is built for {toolkit} and a GPU driver is present ({evidence}), yet torch sees no GPU. "
             "The usual cause is a driver older than that toolkit needs (`rocm-smi --showdriverversion` shows the "
             "driver's version): update the driver, or install a torch built for an older toolkit. The warnings "
             "from torch, listed above, may say more."
         )
     else:
-        message = (
+        message = L_(
             "This torch is built for {toolkit} and a GPU driver is present ({evidence}), yet torch sees no GPU. "
             "The usual cause is a driver older than that toolkit needs (`rocm-smi --showdriverversion` shows the "
             "driver's version): update the driver, or install a torch built for an older toolkit."
@@ -351,18 +350,18 @@ def _advice(f: Facts, show: Callable[[str], str]) -> list[str]:
 
     # 1. Devices hidden on purpose (or by accident).
     if cvd is not None and cvd.strip() == "":
-        tips.append(
+        tips.append(L_(
             "CUDA_VISIBLE_DEVICES is set to '' so no GPU is visible to this process. If you want a GPU, "
             "unset it (`unset CUDA_VISIBLE_DEVICES`) or list the GPUs to use (`CUDA_VISIBLE_DEVICES=0`) "
             "before Python starts."
-        )
+        ))
     elif cvd is not None and gpu_build and not cuda_gpus:
-        tips.append((
+        tips.append(L_(
             "CUDA_VISIBLE_DEVICES is set to {value} and no GPU is visible: it must list indices or UUIDs "
             "of GPUs this machine has (`{command}` lists them), e.g. `0` or `0,1`."
         ).format(**_shown(show, value=repr(cvd), command=smi)))
     elif cvd is not None and cuda_gpus:
-        tips.append((
+        tips.append(L_(
             "CUDA_VISIBLE_DEVICES is set to {value}: this process sees only those GPUs, renumbered from 0, "
             "so cuda:0 is the first GPU in that list."
         ).format(**_shown(show, value=repr(cvd))))
@@ -371,7 +370,7 @@ def _advice(f: Facts, show: Callable[[str], str]) -> list[str]:
     if f.build == "CPU" and f.nvidia_evidence:
         tips.append(_nvidia_on_cpu_build(f, show))
     if f.build == "CPU" and f.amd_evidence:
-        tips.append((
+        tips.append(L_(
             "An AMD GPU driver is present ({evidence}) but this torch ({version}) is a CPU-only build: reinstall "
             "with a ROCm build, e.g. `pip install --force-reinstall torch=={release} --index-url {index}` "
             "(replace rocm6.4 with the tag that {page} lists for your system)."
@@ -385,14 +384,14 @@ def _advice(f: Facts, show: Callable[[str], str]) -> list[str]:
         if evidence:
             tips.append(_no_gpu_despite_driver(f, toolkit, " / ".join(evidence), show))
         else:
-            tips.append((
+            tips.append(L_(
                 "This torch is built for {toolkit} but no GPU driver was found. On a machine without a GPU "
                 "that is harmless (everything runs on the CPU); the CPU-only build is a much smaller "
                 "download: `pip install torch=={release} --index-url {index}`."
             ).format(**_shown(show, toolkit=toolkit, release=_release(f.torch), index=f"{_WHEELS}cpu")))
 
     if f.build == "XPU" and not any(a.kind == "xpu" for a in f.accelerators):
-        tips.append((
+        tips.append(L_(
             "This torch is built for Intel GPUs (XPU) but sees none: is Intel's GPU driver installed? On a "
             "machine without an Intel GPU everything runs on the CPU, and the CPU-only build is a smaller "
             "download: `pip install torch=={release} --index-url {index}`."
@@ -402,52 +401,52 @@ def _advice(f: Facts, show: Callable[[str], str]) -> list[str]:
     if cuda_gpus:
         n = len(cuda_gpus)
         tips.append(
-            ("Ready: 1 GPU visible; `try_gpu()` returns cuda:0 and GPU-only cells run.") if n == 1
-            else ("Ready: {count} GPUs visible; `try_gpu()` returns cuda:0 and GPU-only cells run.").format(
+            L_("Ready: 1 GPU visible; `try_gpu()` returns cuda:0 and GPU-only cells run.") if n == 1
+            else L_("Ready: {count} GPUs visible; `try_gpu()` returns cuda:0 and GPU-only cells run.").format(
                 **_shown(show, count=n))
         )
         if f.build == "CUDA" and f.cudnn is None:
-            tips.append(
+            tips.append(L_(
                 "cuDNN is not available, so convolutions and recurrent layers use slower kernels: "
                 "the official torch wheels bundle cuDNN, reinstall from them."
-            )
+            ))
     other = [a for a in f.gpus if a.kind != "cuda"]
     if other and other[0].kind == "mps":
-        tips.append(
+        tips.append(L_(
             "Apple GPU ready: `try_gpu()` returns mps:0. MPS lacks a few operations; setting "
             "PYTORCH_ENABLE_MPS_FALLBACK=1 runs those on the CPU instead of failing. CUDA-only cells are skipped."
-        )
+        ))
     elif other:
-        tips.append(("Ready: `try_gpu()` returns {device}. CUDA-only cells are skipped.").format(
+        tips.append(L_("Ready: `try_gpu()` returns {device}. CUDA-only cells are skipped.").format(
             **_shown(show, device=f.device)))
     if f.mps_built and not f.mps_available and f.platform.startswith("Darwin"):
-        tips.append(
+        tips.append(L_(
             "This torch supports Apple GPUs but MPS is not available: it needs an Apple-silicon Mac "
             "with macOS 12.3 or later."
-        )
+        ))
 
     # 5. No GPU and no sign of one: say that this is fine.
     if not f.gpus and f.build == "CPU" and not f.nvidia_evidence and not f.amd_evidence and not f.mps_built:
-        tips.append(
+        tips.append(L_(
             "No GPU found: every chapter runs on the CPU, and cells that need a GPU print 'Skipped'. "
             "For a free GPU, open a chapter in Colab (Runtime > Change runtime type)."
-        )
+        ))
     if not tips:  # a combination none of the cases above covers
-        tips.append(("Nothing to fix found: `try_gpu()` returns {device}.").format(**_shown(show, device=f.device)))
+        tips.append(L_("Nothing to fix found: `try_gpu()` returns {device}.").format(**_shown(show, device=f.device)))
     return tips
 
 
 def _ascii(text: str) -> str:
-    """``text`` with every character outside ASCII replaced by ``?`` (one for one, so wrapping is unchanged)."""
+    """``text`` with every character outside ASCII replaced by ``?``."""
     return text.encode("ascii", "replace").decode("ascii")
 
 
-def render(facts: Facts, width: int = 100) -> str:
-    """A readable report of ``facts``: one line per fact, then the advice. What it shows of the machine (versions,
+def render(facts: Facts) -> str:
+    """A readable report of ``facts``: one line per fact, then one line per tip (a terminal or notebook wraps
+    long lines; a tip is one message for translators). What it shows of the machine (versions,
     device names, torch's warnings) is ASCII only, and so is the whole English report: a Windows console with a
     legacy code page can print it. Its own words are in the language set by :func:`utils.i18n.set_language`."""
     f = _check_facts(facts)
-    width = check_int(width, "width", 40)
     build = (_("CPU only") if f.build == "CPU"
              else _ascii({"CUDA": f"CUDA {f.cuda}", "ROCm": f"ROCm {f.hip}", "XPU": "Intel XPU"}[f.build]))
     if f.accelerators:
@@ -478,14 +477,9 @@ def render(facts: Facts, width: int = 100) -> str:
     ]
     if f.warnings:
         lines += ["", L_("Warnings from torch")]
-        for w in f.warnings:
-            lines += textwrap.wrap(_ascii(w), width, initial_indent="- ", subsequent_indent="  ",
-                                   break_long_words=False)
+        lines += ["- " + _ascii(w) for w in f.warnings]
     lines += ["", L_("Advice")]
-    for tip in _advice(f, _ascii):
-        lines += textwrap.wrap(
-            tip, width, initial_indent="- ", subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
-        )
+    lines += [L_("- {tip}").format(tip=tip) for tip in _advice(f, _ascii)]  # one line per tip, as gettext has it
     return "\n".join(lines)
 
 
