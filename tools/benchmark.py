@@ -1,0 +1,91 @@
+"""What a learner's *Restart & Run All* costs, against the floor: a fresh kernel that only imports torch.
+
+    python -m tools.benchmark [NN ...] [--repeats 5]
+
+Each notebook runs top to bottom in a fresh kernel, as Jupyter runs it (nbclient, CUDA hidden, as in the
+reference run); the floor is a fresh kernel running ``import torch``. Floor and chapter runs alternate, and each
+figure is the fastest of ``--repeats`` runs, so that a moment of load on the machine does not count. For a cell
+that launches ``torchrun`` (chapter 10), the report also gives the cell's own time and the time the job's
+interpreters take to start (measured by starting the same interpreters with nothing to do: the agents, then their
+workers, two at a time, as the job starts them), and the chapter's figure without that start-up.
+
+A benchmark, not a test: its figures depend on the machine and its load. Nothing here is run by ``pytest``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime
+
+import nbformat
+from nbclient import NotebookClient
+
+from tools.course import BY_NUMBER, CHAPTERS
+
+# What the interpreters of chapter 10's job import before they do any work: torchrun's agents, then the
+# workers (utils.ddp_train imports torch._dynamo first: see its main()).
+AGENT = "import torch.distributed.run"
+WORKER = "import utils.ddp_train, torch._dynamo"
+
+
+def run_all(nb: nbformat.NotebookNode, path: str) -> float:
+    """Seconds from asking for a kernel to the end of the last cell (the cells' timings land in ``nb``)."""
+    client = NotebookClient(nb, timeout=600, kernel_name="python3", record_timing=True,
+                            resources={"metadata": {"path": path}})
+    start = time.perf_counter()
+    client.execute()
+    return time.perf_counter() - start
+
+
+def cell_seconds(cell: nbformat.NotebookNode) -> float:
+    timing = cell.metadata.get("execution", {})
+    start, end = (datetime.fromisoformat(timing[k].replace("Z", "+00:00"))
+                  for k in ("iopub.execute_input", "shell.execute_reply"))
+    return (end - start).total_seconds()
+
+
+def startup(code: str, count: int = 2) -> float:
+    """Seconds for ``count`` interpreters started together to run ``code`` and exit."""
+    start = time.perf_counter()
+    procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(count)]
+    if any(p.wait() for p in procs):
+        raise RuntimeError(f"{code!r} failed")
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.benchmark", description=__doc__.split("\n")[0])
+    parser.add_argument("numbers", nargs="*", help="chapter numbers such as 01 02 (default: all)")
+    parser.add_argument("--repeats", type=int, default=5, help="runs of each notebook and of the floor")
+    args = parser.parse_args(argv)
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    chapters = [BY_NUMBER[n] for n in args.numbers] if args.numbers else list(CHAPTERS)
+    floor_nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import torch")])
+    floors, rows = [], []
+    for ch in chapters:
+        times, launch = [], []
+        for _ in range(args.repeats):
+            floors.append(run_all(nbformat.from_dict(floor_nb), "."))
+            nb = nbformat.read(ch.path, as_version=4)
+            times.append(run_all(nb, str(ch.path.parent)))
+            launch.append(sum(cell_seconds(c) for c in nb.cells
+                              if c.cell_type == "code" and "torch.distributed.run" in c.source and "Popen" in c.source))
+        rows.append((ch, min(times), min(launch)))
+    floor = min(floors)
+    print(f"floor (a fresh kernel, import torch): {floor:.2f} s, fastest of {len(floors)}")
+    for ch, seconds, launch in rows:
+        line = f"{ch.number} {ch.path.stem:32s} {seconds:6.2f} s  {seconds / floor:4.2f} x floor"
+        if launch:
+            boot = min(startup(AGENT) for _ in range(3)) + min(startup(WORKER) for _ in range(3))
+            line += (f"  (torchrun cell {launch:.2f} s, of which its interpreters' start-up {boot:.2f} s; "
+                     f"without it {seconds - boot:.2f} s = {(seconds - boot) / floor:.2f} x floor)")
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
