@@ -3,8 +3,9 @@
     python -m tools.benchmark [NN ...] [--repeats 5]
 
 Each notebook runs top to bottom in a fresh kernel, as Jupyter runs it (nbclient, CUDA hidden, as in the
-reference run); the floor is a fresh kernel running ``import torch``. Floor and chapter runs alternate, and each
-figure is the fastest of ``--repeats`` runs, so that a moment of load on the machine does not count. For a cell
+reference run); the floor is a fresh kernel running ``import torch``, measured just before each chapter run. A
+shared machine's speed drifts from minute to minute, so each ratio is a chapter run over the floor run beside it,
+and the report gives the median of ``--repeats`` such ratios (and the fastest chapter run). For a cell
 that launches ``torchrun`` (chapter 10), the report also gives the cell's own time and the time the job's
 interpreters take to start (measured by starting the same interpreters with nothing to do: the agents, then their
 workers, two at a time, as the job starts them), and the chapter's figure without that start-up.
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import time
 from datetime import datetime
+from statistics import median
 
 import nbformat
 from nbclient import NotebookClient
@@ -65,25 +67,23 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     chapters = [BY_NUMBER[n] for n in args.numbers] if args.numbers else list(CHAPTERS)
     floor_nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import torch")])
-    floors, rows = [], []
+    boot = None
     for ch in chapters:
-        times, launch = [], []
+        floors, times, launch = [], [], []
         for _ in range(args.repeats):
             floors.append(run_all(nbformat.from_dict(floor_nb), "."))
             nb = nbformat.read(ch.path, as_version=4)
             times.append(run_all(nb, str(ch.path.parent)))
             launch.append(sum(cell_seconds(c) for c in nb.cells
                               if c.cell_type == "code" and "torch.distributed.run" in c.source and "Popen" in c.source))
-        rows.append((ch, min(times), min(launch)))
-    floor = min(floors)
-    print(f"floor (a fresh kernel, import torch): {floor:.2f} s, fastest of {len(floors)}")
-    for ch, seconds, launch in rows:
-        line = f"{ch.number} {ch.path.stem:32s} {seconds:6.2f} s  {seconds / floor:4.2f} x floor"
-        if launch:
-            boot = min(startup(AGENT) for _ in range(3)) + min(startup(WORKER) for _ in range(3))
-            line += (f"  (torchrun cell {launch:.2f} s, of which its interpreters' start-up {boot:.2f} s; "
-                     f"without it {seconds - boot:.2f} s = {(seconds - boot) / floor:.2f} x floor)")
-        print(line)
+        pairs = list(zip(times, floors, strict=True))
+        line = (f"{ch.number} {ch.path.stem:28s} {median(t / f for t, f in pairs):4.2f} x floor "
+                f"(fastest run {min(times):5.2f} s, floor {min(floors):.2f} s)")
+        if any(launch):
+            boot = boot or min(startup(AGENT) for _ in range(3)) + min(startup(WORKER) for _ in range(3))
+            line += (f"; torchrun cell {min(launch):.2f} s, of which its interpreters' start-up {boot:.2f} s; "
+                     f"without it {median((t - boot) / f for t, f in pairs):.2f} x floor")
+        print(line, flush=True)
     return 0
 
 
