@@ -318,18 +318,20 @@ def chinese_editions(chapters, english: dict | None = None) -> dict[Path, str | 
     utils_po = translate.updated_catalogue(translate.utils_messages(), translate.load_catalogue("utils"), known)
     files: dict[Path, str | bytes] = {translate.catalogue_path("course"): translate.catalogue_text(course_po),
                                       translate.catalogue_path("utils"): translate.catalogue_text(utils_po)}
-    printed = {}
+    printed, patterns = {}, {}
     for language in LANGUAGES[1:]:
         path, mo = translate.compiled_catalogue(utils_po, language)
         files[path] = mo
         printed[language] = translate.printed_table(utils_po, language)
+        patterns[language] = translate.printed_patterns(printed[language])
     for ch in chapters:
         source = (english or {}).get(ch.number) or synced(ch, nbformat.read(ch.path, as_version=4))
         old = translate.load_catalogue(ch.path.stem)
         po = translate.updated_catalogue(translate.notebook_messages(source), old, known)
         files[translate.catalogue_path(ch.path.stem)] = translate.catalogue_text(po)
         for language in LANGUAGES[1:]:
-            edition = translate.translated_notebook(synced(ch, source, language), po, language, printed[language])
+            edition = translate.translated_notebook(synced(ch, source, language), po, language, printed[language],
+                                                    patterns[language])
             _set_slideshow(edition, edition.cells)  # slides split where the Chinese text needs it
             files[ch.path_in(language)] = _dump(edition)
     return files

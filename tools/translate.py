@@ -266,17 +266,20 @@ def translate_code(code: str, table: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
-def translated_notebook(nb, po: polib.POFile, language: str, printed: dict[str, str] | None = None):
+def translated_notebook(nb, po: polib.POFile, language: str, printed: dict[str, str] | None = None,
+                        patterns: list | None = None):
     """A copy of ``nb`` (an English notebook whose generated parts are already in ``language``) with its Markdown
     and code comments translated by the 简体 catalogue ``po``, and what ``utils`` printed translated by
-    ``printed`` (the ``utils`` catalogue, msgid -> translation in ``language``)."""
+    ``printed`` (the ``utils`` catalogue, msgid -> translation in ``language``). ``patterns``:
+    ``printed_patterns(printed)``, when the caller has it already (it is the same for every chapter)."""
     import nbformat
 
     nb = nbformat.from_dict(nb)
     po = language_catalogue(po, language)
     table = {e.msgid: e.msgstr for e in po if e.msgstr}
     lookup = _lookup_catalogue(po)
-    patterns = printed_patterns(printed) if printed else []
+    if patterns is None:
+        patterns = printed_patterns(printed) if printed else []
     for cell in nb.cells:
         if GENERATED_TAGS & set(cell.get("metadata", {}).get("tags", [])):
             continue
