@@ -10,6 +10,10 @@ that launches ``torchrun`` (chapter 10), the report also gives the cell's own ti
 interpreters take to start (measured by starting the same interpreters with nothing to do: the agents, then their
 workers, two at a time, as the job starts them), and the chapter's figure without that start-up.
 
+``--first-use`` measures, the same way, what torch costs the first time a lesson touches a part of it: notebooks
+made of the chapters' generated setup cell and one small cell each (an optimizer step, a ``torch.compile`` call,
+a plot, ...). They bound what any chapter that teaches such a thing can reach.
+
 A benchmark, not a test: its figures depend on the machine and its load. Nothing here is run by ``pytest``.
 """
 
@@ -26,12 +30,30 @@ from statistics import median
 import nbformat
 from nbclient import NotebookClient
 
-from tools.course import BY_NUMBER, CHAPTERS
+from tools.course import BY_NUMBER, CHAPTERS, SETUP
 
 # What the interpreters of chapter 10's job import before they do any work: torchrun's agents, then the
 # workers (utils.ddp_train imports torch._dynamo first: see its main()).
 AGENT = "import torch.distributed.run"
 WORKER = "import utils.ddp_train, torch._dynamo"
+
+# One small cell per part of torch that a lesson pulls in on first use (after the setup cell).
+STEP = ("net = torch.nn.Linear(4, 2)\nopt = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        "net(torch.ones(1, 4)).sum().backward()\nopt.step()")
+PLOT = "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()"
+COMPILE = "torch.compile(lambda x: x.sin() + 1, backend='eager')(torch.ones(3))"
+META = "torch.ones(2, device='meta') + 1"
+DETERMINISM = "torch.use_deterministic_algorithms(True)"
+FIRST_USE = {
+    "the setup cell alone": "",
+    "+ one optimizer step (torch._dynamo)": STEP,
+    "+ one torch.compile call (eager backend)": COMPILE,
+    "+ one operation on the meta device (sympy)": META,
+    "+ torch.use_deterministic_algorithms": DETERMINISM,
+    "+ all four": "\n".join((STEP, COMPILE, META, DETERMINISM)),
+    "+ one matplotlib figure": PLOT,
+    "+ one optimizer step and one figure": f"{STEP}\n{PLOT}",
+}
 
 
 def run_all(nb: nbformat.NotebookNode, path: str) -> float:
@@ -63,10 +85,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.benchmark", description=__doc__.split("\n")[0])
     parser.add_argument("numbers", nargs="*", help="chapter numbers such as 01 02 (default: all)")
     parser.add_argument("--repeats", type=int, default=5, help="runs of each notebook and of the floor")
+    parser.add_argument("--first-use", action="store_true", help="time torch's first-use costs instead of chapters")
     args = parser.parse_args(argv)
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    chapters = [BY_NUMBER[n] for n in args.numbers] if args.numbers else list(CHAPTERS)
     floor_nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import torch")])
+    if args.first_use:
+        for name, code in FIRST_USE.items():
+            nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in (SETUP, code) if c])
+            ratios = [run_all(nbformat.from_dict(nb), ".") / run_all(nbformat.from_dict(floor_nb), ".")
+                      for _ in range(args.repeats)]
+            print(f"{name:44s} {median(ratios):4.2f} x floor", flush=True)
+        return 0
+    chapters = [BY_NUMBER[n] for n in args.numbers] if args.numbers else list(CHAPTERS)
     boot = None
     for ch in chapters:
         floors, times, launch = [], [], []
