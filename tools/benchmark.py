@@ -57,7 +57,8 @@ FIRST_USE = {
 
 
 def run_all(nb: nbformat.NotebookNode, path: str) -> float:
-    """Seconds from asking for a kernel to the end of the last cell (the cells' timings land in ``nb``)."""
+    """Seconds from asking for a kernel to its shutdown after the last cell, as nbclient runs a notebook (a
+    *Restart* pays the shutdown of the kernel it replaces). The cells' timings land in ``nb``."""
     client = NotebookClient(nb, timeout=600, kernel_name="python3", record_timing=True,
                             resources={"metadata": {"path": path}})
     start = time.perf_counter()
