@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 from datetime import datetime
+from pathlib import Path
 from statistics import median
 
 import nbformat
@@ -54,6 +55,11 @@ FIRST_USE = {
     "+ one matplotlib figure": PLOT,
     "+ one optimizer step and one figure": f"{STEP}\n{PLOT}",
 }
+
+
+def notebook(*sources: str) -> nbformat.NotebookNode:
+    """A notebook of one code cell per non-empty source."""
+    return nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources if s])
 
 
 def run_all(nb: nbformat.NotebookNode, path: str) -> float:
@@ -89,26 +95,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first-use", action="store_true", help="time torch's first-use costs instead of chapters")
     args = parser.parse_args(argv)
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    floor_nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import torch")])
-    if args.first_use:
-        for name, code in FIRST_USE.items():
-            nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in (SETUP, code) if c])
-            ratios = [run_all(nbformat.from_dict(nb), ".") / run_all(nbformat.from_dict(floor_nb), ".")
-                      for _ in range(args.repeats)]
-            print(f"{name:44s} {median(ratios):4.2f} x floor", flush=True)
-        return 0
-    chapters = [BY_NUMBER[n] for n in args.numbers] if args.numbers else list(CHAPTERS)
+    floor_nb = notebook("import torch")
+    if args.first_use:  # (label, the notebook, its folder)
+        runs = [(f"{name:44s}", notebook(SETUP, code), Path(".")) for name, code in FIRST_USE.items()]
+    else:
+        chapters = [BY_NUMBER[n] for n in args.numbers] if args.numbers else list(CHAPTERS)
+        runs = [(f"{ch.number} {ch.path.stem:28s}", nbformat.read(ch.path, as_version=4), ch.path.parent)
+                for ch in chapters]
     boot = None
-    for ch in chapters:
+    for label, source, folder in runs:
         floors, times, launch = [], [], []
         for _ in range(args.repeats):
             floors.append(run_all(nbformat.from_dict(floor_nb), "."))
-            nb = nbformat.read(ch.path, as_version=4)
-            times.append(run_all(nb, str(ch.path.parent)))
+            nb = nbformat.from_dict(source)
+            times.append(run_all(nb, str(folder)))
             launch.append(sum(cell_seconds(c) for c in nb.cells
                               if c.cell_type == "code" and "torch.distributed.run" in c.source and "Popen" in c.source))
         pairs = list(zip(times, floors, strict=True))
-        line = (f"{ch.number} {ch.path.stem:28s} {median(t / f for t, f in pairs):4.2f} x floor "
+        line = (f"{label} {median(t / f for t, f in pairs):4.2f} x floor "
                 f"(fastest run {min(times):5.2f} s, floor {min(floors):.2f} s)")
         if any(launch):
             boot = boot or min(startup(AGENT) for _ in range(3)) + min(startup(WORKER) for _ in range(3))
