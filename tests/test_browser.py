@@ -6,7 +6,7 @@ conftest.py, which tests/test_slides.py uses too (both modules are one xdist gro
 same worker). Needs Chromium (Debian/Ubuntu: `apt-get install chromium-headless-shell`, which it prefers: the
 same engine without windows, lighter to start and run; else `chromium` or Chrome) and the `playwright` package
 from requirements.txt (it drives the system's Chromium; it downloads no browser). Without them the tests are
-skipped with that message, unless REQUIRE_BROWSER=1 (set by CI), which turns the skip into a failure.
+skipped with that message, unless ``--require-browser`` (set by CI) turns the skip into a failure.
 """
 
 from __future__ import annotations
@@ -57,8 +57,9 @@ PRESENT = """() => {
 }"""
 
 
-def chromium_or_skip() -> str:
-    """The system's Chromium, with playwright to drive it; else skip (or fail under REQUIRE_BROWSER=1)."""
+def chromium_or_skip(required: bool = False) -> str:
+    """The system's Chromium, with playwright to drive it; else skip (or fail, where ``required``: the option
+    ``--require-browser``)."""
     path = next(filter(None, map(shutil.which, CHROMIUMS)), None)
     problem = None
     if path is None:
@@ -69,7 +70,7 @@ def chromium_or_skip() -> str:
         except ImportError:
             problem = "playwright not installed (pip install -r requirements.txt)"
     if problem:
-        if os.environ.get("REQUIRE_BROWSER") == "1":
+        if required:
             pytest.fail(f"browser test required but {problem}")
         pytest.skip(problem)
     return path

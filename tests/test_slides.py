@@ -4,19 +4,19 @@ The browser part exports all chapters once (one nbconvert exporter), opens every
 visits every slide with all its fragments shown: no slide may be taller than the slide area, no element
 may stick out of it or hide a line behind a scroll bar, no text may be smaller than 13 px on the screen,
 no setup code, reference solution or widget repr may be visible, and no request may leave the machine
-(every request is logged). It needs Chromium and playwright like tests/test_browser.py; REQUIRE_BROWSER=1
+(every request is logged). It needs Chromium and playwright like tests/test_browser.py; ``--require-browser``
 turns a skip into a failure. The Chinese decks need Noto Sans CJK (``fonts-noto-cjk``); a plain run walks the
-decks of the two Chinese editions it re-runs, ``DECK_LANGUAGES=zh-Hans,zh-Hant`` walks them all.
+decks of the two Chinese editions it re-runs, ``--slow`` walks them all.
 """
 
 from __future__ import annotations
 
 import base64
 import functools
-import os
 import re
 import struct
 import zlib
+from pathlib import Path
 from urllib.parse import urlparse
 
 import nbformat
@@ -354,30 +354,31 @@ async () => {
 """
 
 
-def _decks_to_walk(environ=os.environ) -> list[tuple[str, course.Chapter]]:
-    """Every English deck; of the Chinese ones, the decks of the editions a plain run re-runs under nbval
-    (``CHINESE_BY_DEFAULT``), or every deck in the languages ``DECK_LANGUAGES`` names (``zh-Hans,zh-Hant``)."""
-    from conftest import CHINESE_BY_DEFAULT
+def _deck(language: str, ch: course.Chapter):
+    """Every deck is a case; a Chinese deck beyond the two editions a plain run re-runs is marked ``slow``
+    (``python -m pytest --slow tests/test_slides.py`` walks them all)."""
+    from conftest import is_default_edition
 
-    named = [x.strip() for x in environ.get("DECK_LANGUAGES", "").split(",") if x.strip()]
-    unknown = set(named) - set(course.LANGUAGES)
-    if unknown:
-        raise pytest.UsageError(f"DECK_LANGUAGES: unknown {sorted(unknown)}; known: {', '.join(course.LANGUAGES)}")
-    return [(language, ch) for language in course.LANGUAGES for ch in CHAPTERS
-            if language == "en" or language in named or (language, ch.file) in CHINESE_BY_DEFAULT]
+    slow = language != "en" and not is_default_edition(Path(language) / ch.file)
+    return pytest.param(language, ch, marks=[pytest.mark.slow] if slow else [], id=f"{language}-{ch.number}")
 
 
-DECKS = _decks_to_walk()
+DECKS = [_deck(language, ch) for language in course.LANGUAGES for ch in CHAPTERS]
+WALK_TEST = "test_every_slide_fits_reads_well_and_needs_no_network"
 
 
 @pytest.fixture(scope="module")
-def decks(tmp_path_factory):
+def decks(request, tmp_path_factory):
+    """The decks whose cases this run selected, exported once."""
+    selected = [item.callspec.params for item in request.session.items
+                if getattr(item, "originalname", "") == WALK_TEST]
     out = tmp_path_factory.mktemp("slides")
     made = {}
     for language in course.LANGUAGES:
-        chosen = [ch for lang, ch in DECKS if lang == language]
-        paths = course.write_decks(chosen, out, language)
-        made.update({(language, c.number): path for c, path in zip(chosen, paths, strict=True)})
+        chosen = [p["ch"] for p in selected if p["language"] == language]
+        if chosen:
+            paths = course.write_decks(chosen, out, language)
+            made.update({(language, c.number): path for c, path in zip(chosen, paths, strict=True)})
     return made
 
 
@@ -437,7 +438,7 @@ def test_every_chapter_exports_to_a_deck(decks):
             assert not (path.parent / "_assets").exists(), "the Chinese decks share the English decks' assets"
 
 
-@pytest.mark.parametrize(("language", "ch"), DECKS, ids=lambda x: x if isinstance(x, str) else x.number)
+@pytest.mark.parametrize(("language", "ch"), DECKS)
 def test_every_slide_fits_reads_well_and_needs_no_network(walked, language, ch):
     deck = walked[language, ch.number]
     assert deck["slides"], "no slides"

@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 README = ROOT / "README.md"
 README_ZH = ROOT / "README.zh.md"  # 简体; its chapter table links to notebooks/zh-Hans/
+README_ZH_HANT = ROOT / "README.zh-Hant.md"  # 繁體, written for Taiwan; its table links to notebooks/zh-Hant/
 
 #: The repository, named once. Badges, the Colab install line and the README derive from it.
 REPO = "torch-building-blocks/course"
@@ -96,6 +97,7 @@ print(f"PyTorch {{torch.__version__}}; this notebook runs on: {{device}}")
 
 #: The course's languages: English, the source, and the Chinese editions made from it (tools/translate.py).
 LANGUAGES = ("en", "zh-Hans", "zh-Hant")
+READMES = ((README, "en"), (README_ZH, "zh-Hans"), (README_ZH_HANT, "zh-Hant"))
 
 
 def tr(text: str, language: str = "en") -> str:
@@ -306,76 +308,147 @@ def _dump(nb) -> str:
     return nbformat.writes(nb) + "\n"
 
 
-def chinese_editions(chapters, english: dict | None = None) -> dict[Path, str | bytes]:
-    """The Chinese editions of ``chapters`` as ``sync`` writes them: each chapter's 简体 catalogue brought up to
-    date, and its notebook in 简体 and 繁體; ``course.po``, the generated strings' catalogue; ``utils.po``, the
-    catalogue of what ``utils`` prints, and its compiled ``.mo`` files, which ``utils.set_language`` reads.
-    ``english``: chapter number -> its notebook already synced, where the caller has it."""
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def _write(path: Path, content: str | bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content, encoding="utf-8")
+
+
+def _english(numbers=None) -> dict[str, object]:
+    """Chapter number -> its English notebook with the generated parts synced (in memory)."""
+    return {ch.number: synced(ch, nbformat.read(ch.path, as_version=4)) for ch in CHAPTERS
+            if ch.path.exists() and (not numbers or ch.number in numbers)}
+
+
+def _templates(english: dict[str, object]) -> dict[str, object]:
     from tools import translate
 
-    known = translate.known_translations()
-    course_po = translate.updated_catalogue(generated_messages(), translate.load_catalogue("course"), known)
-    utils_po = translate.updated_catalogue(translate.utils_messages(), translate.load_catalogue("utils"), known)
-    files: dict[Path, str | bytes] = {translate.catalogue_path("course"): translate.catalogue_text(course_po),
-                                      translate.catalogue_path("utils"): translate.catalogue_text(utils_po)}
-    printed, patterns = {}, {}
+    return translate.templates({BY_NUMBER[n].path.stem: nb for n, nb in english.items()}, generated_messages())
+
+
+def editions(chapters, english: dict[str, object]) -> dict[Path, str]:
+    """The Chinese editions of ``chapters``, as the catalogues stand: each chapter's notebook in 简体 and 繁體 with
+    the confirmed translations of its catalogue and the shared one, and what ``utils`` printed translated through
+    ``utils.po``. ``english``: chapter number -> its English notebook, synced."""
+    from tools import translate
+
+    files = {}
+    translate.generated_strings.cache_clear()
     for language in LANGUAGES[1:]:
-        path, mo = translate.compiled_catalogue(utils_po, language)
-        files[path] = mo
-        printed[language] = translate.printed_table(utils_po, language)
-        patterns[language] = translate.printed_patterns(printed[language])
-    for ch in chapters:
-        source = (english or {}).get(ch.number) or synced(ch, nbformat.read(ch.path, as_version=4))
-        old = translate.load_catalogue(ch.path.stem)
-        po = translate.updated_catalogue(translate.notebook_messages(source), old, known)
-        files[translate.catalogue_path(ch.path.stem)] = translate.catalogue_text(po)
-        for language in LANGUAGES[1:]:
-            edition = translate.translated_notebook(synced(ch, source, language), po, language, printed[language],
-                                                    patterns[language])
+        printed = translate.printed_table(translate.read_catalogue(
+            translate.catalogue_path(translate.UTILS_CATALOGUE, language), language))
+        patterns = translate.printed_patterns(printed)
+        shared = translate.load_table(translate.SHARED_CATALOGUE, language)
+        for ch in chapters:
+            translations = {**shared, **translate.load_table(ch.path.stem, language)}
+            edition = translate.translated_notebook(synced(ch, english[ch.number], language), translations, printed,
+                                                    patterns)
             _set_slideshow(edition, edition.cells)  # slides split where the Chinese text needs it
             files[ch.path_in(language)] = _dump(edition)
     return files
 
 
+def update_catalogues(english: dict[str, object]) -> list[Path]:
+    """Bring the templates and both scripts' catalogues up to date (``msgmerge --previous``'s way), and compile
+    ``utils``' catalogues for ``utils.set_language``. A file is written only where its content changed."""
+    from tools import translate
+
+    written = []
+    templates = _templates(english)
+    for domain, template in templates.items():
+        path, text = translate.template_path(domain), translate.catalogue_text(template)
+        if not path.exists() or not translate.same_catalogue_text(path.read_text(encoding="utf-8"), text):
+            _write(path, text)
+            written.append(path)
+    confirmed_hans: dict[str, str] = {}
+    for language in LANGUAGES[1:]:
+        known = translate.compendium(language)
+        seed = {msgid: translate.to_traditional(text) for msgid, text in confirmed_hans.items()}
+        for domain, template in templates.items():
+            path = translate.catalogue_path(domain, language)
+            old_text = path.read_text(encoding="utf-8") if path.exists() else ""
+            old = translate.read_catalogue(path, language) if path.exists() else None
+            catalog = translate.updated_catalogue(template, old, language, known, seed if seed else None)
+            confirmed_hans.update(translate.table(catalog) if language == "zh-Hans" else {})
+            text = translate.catalogue_text(catalog)
+            if not translate.same_catalogue_text(old_text, text):
+                _write(path, text)
+                written.append(path)
+            if domain == translate.UTILS_CATALOGUE:
+                mo_path, mo = translate.compiled_catalogue(catalog, language)
+                if not mo_path.exists() or translate.mo_messages(mo_path.read_bytes()) != translate.mo_messages(mo):
+                    _write(mo_path, mo)
+                    written.append(mo_path)
+    return written
+
+
+def stale_translations(english: dict[str, object]) -> list[str]:
+    """What ``sync`` would change in the translation files, judged by content, not by layout: a catalogue saved by
+    Poedit, Weblate or ``msgcat`` (other wrapping, other header dates) is current while it has the template's
+    messages."""
+    from tools import translate
+
+    out = []
+    templates = _templates(english)
+    for domain, template in templates.items():
+        path = translate.template_path(domain)
+        if not path.exists() or not translate.same_catalogue_text(path.read_text(encoding="utf-8"),
+                                                                 translate.catalogue_text(template)):
+            out.append(f"{_shown(path)} (the English text changed)")
+        wanted = {m.id for m in template if m.id}
+        for language in LANGUAGES[1:]:
+            cat_path = translate.catalogue_path(domain, language)
+            if not cat_path.exists():
+                out.append(f"{_shown(cat_path)} (missing)")
+                continue
+            catalog = translate.read_catalogue(cat_path, language)
+            if {m.id for m in catalog if m.id} != wanted:
+                out.append(f"{_shown(cat_path)} (its messages differ from {path.name})")
+            if domain == translate.UTILS_CATALOGUE:
+                mo_path, mo = translate.compiled_catalogue(catalog, language)
+                if not mo_path.exists() or translate.mo_messages(mo_path.read_bytes()) != translate.mo_messages(mo):
+                    out.append(f"{_shown(mo_path)} (not compiled from {cat_path.name})")
+    return out
+
+
 def stale() -> list[str]:
     """Files whose generated parts are out of date (or chapters whose notebook is missing)."""
-    out, english = [], {}
+    out = []
+    english = _english()
     for ch in CHAPTERS:
         if not ch.path.exists():
             out.append(f"{ch.file} (missing)")
-            continue
-        text = ch.path.read_text(encoding="utf-8")
-        english[ch.number] = synced(ch, nbformat.reads(text, as_version=4))
-        if _dump(english[ch.number]) != text:
+        elif _dump(english[ch.number]) != ch.path.read_text(encoding="utf-8"):
             out.append(ch.file)
     listed = {c.file for c in CHAPTERS}
     out += [f"{p.name} (not in CHAPTERS)" for p in sorted(NOTEBOOKS.glob("*.ipynb")) if p.name not in listed]
-    for path, language in ((README, "en"), (README_ZH, "zh-Hans")):
+    for path, language in READMES:
         readme = path.read_text(encoding="utf-8")
         if synced_readme(readme, language) != readme:
             out.append(path.name)
-    for path, text in chinese_editions([c for c in CHAPTERS if c.path.exists()], english).items():
-        written = path.exists() and (path.read_bytes() if isinstance(text, bytes) else path.read_text(encoding="utf-8"))
-        if written != text:
+    out += stale_translations(english)
+    for path, text in editions([c for c in CHAPTERS if c.number in english], english).items():
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
             out.append(str(path.relative_to(ROOT)))
     return out
 
 
 def sync(numbers: list[str] | None = None) -> None:
-    """Rewrite the generated parts of the chapters ``numbers`` (default: every chapter and the README)."""
+    """Rewrite the generated parts of the chapters ``numbers`` (default: every chapter and the READMEs), bring the
+    translation templates and catalogues up to date, and write the Chinese editions."""
     for ch in CHAPTERS:
         if ch.path.exists() and (not numbers or ch.number in numbers):
             ch.path.write_text(_dump(synced(ch, nbformat.read(ch.path, as_version=4))), encoding="utf-8")
-    from tools import translate
-
-    for _ in range(2):  # the second round gives the editions the generated strings' catalogue just written
-        translate.generated_strings.cache_clear()
-        chosen = [c for c in CHAPTERS if c.path.exists() and (not numbers or c.number in numbers)]
-        for path, text in chinese_editions(chosen).items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text, encoding="utf-8")
+    english = _english()  # every chapter: which messages are shared depends on all of them
+    update_catalogues(english)
+    chosen = [c for c in CHAPTERS if c.number in english and (not numbers or c.number in numbers)]
+    for path, text in editions(chosen, english).items():
+        _write(path, text)
     if not numbers:
-        for path, language in ((README, "en"), (README_ZH, "zh-Hans")):
+        for path, language in READMES:
             path.write_text(synced_readme(path.read_text(encoding="utf-8"), language), encoding="utf-8")
 
 

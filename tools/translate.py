@@ -1,15 +1,23 @@
 """The Chinese editions: every chapter in 简体 and 繁體, made from the English notebook and gettext catalogues.
 
-English is the one source. ``locale/zh_Hans/LC_MESSAGES/<chapter>.po`` holds a chapter's messages: one per
-Markdown block (``mdpo`` splits a cell into its headings, paragraphs, list items and table cells) and one per code
-comment, each with its 简体 translation. 繁體 is not kept by hand: OpenCC converts 简体 with Taiwan's words and
-phrases (``s2twp``), except for the few terms of ``TRADITIONAL_TERMS``, which it would get wrong for this course.
+English is the one source. The workflow is gettext's, with Babel doing what ``xgettext`` and ``msgmerge`` do:
 
-``python -m tools.course sync`` brings every catalogue up to date (new English text comes in untranslated, text
-that left a chapter goes; a translation follows its English sentence from one chapter to another) and writes
-``notebooks/zh-Hans/`` and ``notebooks/zh-Hant/``: the English notebook's code, outputs and metadata with the
-Chinese Markdown and code comments. Identifiers, strings and outputs are not translated (the test suite compares
-them).
+1. **Templates.** ``locale/<domain>.pot`` (generated, never edited) holds what the English sources ask translators
+   for: one domain per chapter (``mdpo`` splits each Markdown cell into headings, paragraphs, list items and table
+   cells; consecutive code-comment lines are one message), ``shared`` (messages found in two chapters or more),
+   ``course`` (what tools/course.py generates) and ``utils`` (what ``utils`` tells a learner, extracted from
+   ``_()``, ``N_()``, ``L_()`` and ``@exercise``). ``#:`` names the notebook and the line of the cell's id (or the
+   file and line in ``utils``), ``#.`` the cell, or what fills each ``{placeholder}``.
+2. **Catalogues.** ``locale/zh_Hans/LC_MESSAGES/<domain>.po`` and ``locale/zh_Hant/...`` (繁體, written for Taiwan)
+   are updated from the templates by Babel's ``Catalog.update``, as ``msgmerge --previous`` does: a changed message
+   keeps its old translation, marked ``fuzzy`` with the old msgid as ``#|``; a removed one is kept as ``#~``; a
+   translator's edits and flags are never touched. An exact match elsewhere in the same language fills a new
+   message (a compendium); a new 繁體 message with a confirmed 简体 one gets an OpenCC draft, marked fuzzy.
+3. **Editions.** ``notebooks/zh-Hans/`` and ``notebooks/zh-Hant/`` are the English notebooks with their Markdown and
+   code comments translated by the confirmed (not fuzzy) translations; untranslated text stays English, as
+   gettext does. What ``utils`` printed in the committed outputs is translated line by line through ``utils.po``.
+
+``python -m tools.course sync`` does all three; ``python -m tools.course check`` says what is stale.
 """
 
 from __future__ import annotations
@@ -17,7 +25,6 @@ from __future__ import annotations
 import functools
 import io
 import re
-import tempfile
 import tokenize
 from functools import cache
 from pathlib import Path
@@ -28,19 +35,15 @@ ROOT = Path(__file__).resolve().parents[1]
 LOCALE = ROOT / "locale"
 LANGUAGES = ("zh-Hans", "zh-Hant")
 
-#: Terms that OpenCC's s2twp conversion would get wrong for this course, with their 繁體: they are set aside
-#: before the conversion (longest first) and put back in this spelling, so OpenCC's phrase table never sees them.
+#: What OpenCC's s2twp gets wrong for this course: terms set aside before the conversion (longest first) and put
+#: back in this spelling (CONTRIBUTING's glossary), so that a 繁體 draft starts closer to Taiwan's usage. A draft is
+#: still marked fuzzy: a translator reads it before it is used.
 TRADITIONAL_TERMS = {
-    "参数": "參數",  # a model's parameter (s2twp: 引數, a function's argument)
-    "激活函数": "激活函數",  # (s2twp: 啟用函式)
-    "激活": "激活",  # activation (s2twp: 啟用, "enable"); 启用 itself still becomes 啟用
-    "试运行": "試運行",  # a dry run (s2twp: 試執行)
-    "注册表": "註冊表",  # a module's registries (s2twp: 登錄檔, the Windows registry)
-    "访问": "存取",  # reading a parameter (s2twp leaves 訪問, a visit)
-    "优化器": "優化器",  # (s2twp: 最佳化器)
-    "打印出": "印出",
-    "打印": "印出",  # print() (s2twp: 列印, on paper)
-    "进程": "行程",  # an operating-system process (s2twp: 程序, a procedure; 子程序 would be a subroutine)
+    "参数": "參數", "激活函数": "激活函數", "激活": "激活", "试运行": "試跑", "注册表": "註冊表", "访问": "存取",
+    "打印出": "印出", "打印": "印出", "进程": "行程", "单元格": "儲存格", "返回": "回傳", "抛出": "引發",
+    "构建": "建構", "列表": "串列", "当前": "目前", "噪声": "雜訊", "常量": "常數", "标量": "純量", "掩码": "遮罩",
+    "规范化": "正規化", "随机数": "亂數", "实现": "實作", "幻灯片": "投影片", "自定义": "自訂", "默认": "預設",
+    "内存": "記憶體", "显存": "GPU 記憶體", "线程": "執行緒", "批量": "批次", "采样": "取樣", "异常": "例外",
     "“": "「", "”": "」", "‘": "『", "’": "』",  # Taiwan's quotation marks
 }
 _TERMS = re.compile("|".join(map(re.escape, sorted(TRADITIONAL_TERMS, key=len, reverse=True))))
@@ -48,10 +51,6 @@ _TERMS = re.compile("|".join(map(re.escape, sorted(TRADITIONAL_TERMS, key=len, r
 
 #: Comments that are instructions to tools, or markers the course's tools look for: never translated.
 _UNTRANSLATED_COMMENT = re.compile(r"^(noqa|type:|pragma|fmt:|ruff:|----)")
-
-
-def catalogue_path(stem: str, language: str = "zh-Hans") -> Path:
-    return LOCALE / language.replace("-", "_") / "LC_MESSAGES" / f"{stem}.po"
 
 
 # --- what a notebook asks translators for ----------------------------------------------------------------
@@ -121,49 +120,262 @@ def notebook_messages(nb) -> list[str]:
     return list(seen)
 
 
-# --- catalogues -------------------------------------------------------------------------------------------
+# --- templates (POT): what the English sources ask translators for ----------------------------------------
 
-def _new_catalogue() -> polib.POFile:
-    po = polib.POFile(wrapwidth=0)
-    po.metadata = {
-        "Project-Id-Version": "torch-building-blocks",
-        "Language": "zh_Hans",
-        "MIME-Version": "1.0",
-        "Content-Type": "text/plain; charset=UTF-8",
-        "Content-Transfer-Encoding": "8bit",
-        "Plural-Forms": "nplurals=1; plural=0;",
-    }
-    return po
+#: One domain per chapter, plus these: messages several chapters share, what tools/course.py generates (titles,
+#: navigation, the chapter table), and what ``utils`` tells a learner.
+SHARED_CATALOGUE = "shared"
+COURSE_CATALOGUE = "course"
+UTILS_CATALOGUE = "utils"
+UTILS_LOCALE = ROOT / "utils" / "locale"
+PROJECT = "torch-building-blocks"
+HEADER = {  # what msgfmt -c and the PO editors want in a header; a translator's editor may change the last two
+    "zh-Hans": {"Language-Team": "简体中文 <https://github.com/torch-building-blocks/course/issues>"},
+    "zh-Hant": {"Language-Team": "繁體中文（臺灣） <https://github.com/torch-building-blocks/course/issues>"},
+}
 
 
-def known_translations() -> dict[str, str]:
-    """Every translated message in every 简体 catalogue: a sentence moved to another chapter keeps its
-    translation."""
+#: The date written into a new template or catalogue header: a fixed one, so that a sync that changes no message
+#: changes no file (a PO editor records its own revision date when a translator saves).
+_EPOCH = __import__("datetime").datetime(2026, 1, 1, tzinfo=__import__("datetime").timezone.utc)
+
+
+def template_path(domain: str) -> Path:
+    return LOCALE / f"{domain}.pot"
+
+
+def catalogue_path(domain: str, language: str = "zh-Hans") -> Path:
+    return LOCALE / language.replace("-", "_") / "LC_MESSAGES" / f"{domain}.po"
+
+
+def _cell_lines(path: Path) -> dict[str, int]:
+    """The line of each cell's ``"id"`` in a notebook's JSON: a ``#:`` reference opens the file there."""
+    lines = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
+        match = re.match(r'\s*"id": "([^"]+)",?$', line)
+        if match:
+            lines.setdefault(match.group(1), number)
+    return lines
+
+
+def _notebook_entries(path: Path, nb) -> list[tuple[str, int, str]]:
+    """``(message, line, note)`` for every message of a notebook, in order, repeats included."""
+    lines = _cell_lines(path)
+    found = []
+    for cell in nb.cells:
+        if GENERATED_TAGS & set(cell.get("metadata", {}).get("tags", [])):
+            continue
+        line = lines.get(cell.get("id"), 0)
+        if cell.cell_type == "markdown":
+            found += [(m, line, f"cell {cell.get('id')}") for m in markdown_messages(_title_split(nb, cell)[1])]
+        elif cell.cell_type == "code":
+            found += [(m, line, f"cell {cell.get('id')}, a code comment (it keeps the code's line count)")
+                      for m in code_messages(cell.source)]
+    return found
+
+
+def _placeholder_notes() -> dict[str, list[str]]:
+    """For each ``_("…{name}…").format(name=expression)`` in ``utils``, what fills each placeholder: the source of
+    the expression, read from the code (a ``#.`` comment for translators)."""
+    import ast
+
+    notes: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "utils").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        for node in ast.walk(ast.parse(text)):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format"
+                    and isinstance(node.func.value, ast.Call) and getattr(node.func.value.func, "id", "") in
+                    ("_", "L_", "N_") and node.func.value.args
+                    and isinstance(node.func.value.args[0], ast.Constant)):
+                continue
+            message = node.func.value.args[0].value
+            for keyword in node.keywords:
+                if keyword.arg and "{" + keyword.arg + "}" in message:
+                    note = f"{{{keyword.arg}}}: {ast.unparse(keyword.value)}"
+                    notes.setdefault(message, [])
+                    if note not in notes[message]:
+                        notes[message].append(note)
+    return notes
+
+
+def _new_template(domain: str):
+    from babel.messages.catalog import Catalog
+
+    return Catalog(domain=domain, project=PROJECT, version="main", fuzzy=False,
+                   msgid_bugs_address="https://github.com/torch-building-blocks/course/issues",
+                   creation_date=_EPOCH, header_comment=f"# {domain}: generated by "
+                   "`python -m tools.course sync` from the English sources; never edit it.\n#")
+
+
+def _add(catalog, message: str, location: tuple[str, int], notes: list[str]) -> None:
+    entry = catalog.get(message)
+    if entry is None:
+        entry = catalog.add(message, locations=[location], auto_comments=notes)
+        entry.flags.discard("python-format")  # the course formats with {names}, never with %
+        return
+    if location not in entry.locations:
+        entry.locations.append(location)
+    entry.auto_comments += [n for n in notes if n not in entry.auto_comments]
+
+
+def templates(notebooks: dict[str, object], generated: list[str]) -> dict[str, object]:
+    """The POT templates: ``notebooks`` maps a chapter's file stem to its English notebook (with its generated parts
+    synced); ``generated`` is what tools/course.py writes (``course.generated_messages()``). A message found in two
+    chapters or more goes to the ``shared`` domain, so it is translated once."""
+    from babel.messages.extract import extract_from_dir
+
+    found = {stem: _notebook_entries(ROOT / "notebooks" / f"{stem}.ipynb", nb) for stem, nb in notebooks.items()}
+    owners: dict[str, set[str]] = {}
+    for stem, entries in found.items():
+        for message, _line, _note in entries:
+            owners.setdefault(message, set()).add(stem)
+    out = {stem: _new_template(stem) for stem in notebooks}
+    out[SHARED_CATALOGUE] = _new_template(SHARED_CATALOGUE)
+    for stem, entries in found.items():
+        for message, line, note in entries:
+            domain = stem if len(owners[message]) == 1 else SHARED_CATALOGUE
+            _add(out[domain], message, (f"notebooks/{stem}.ipynb", line), [note])
+    course_text = (ROOT / "tools" / "course.py").read_text(encoding="utf-8").split("\n")
+    out[COURSE_CATALOGUE] = _new_template(COURSE_CATALOGUE)
+    for message in generated:
+        line = next((k for k, text in enumerate(course_text, 1) if message[:40] in text), 0)
+        _add(out[COURSE_CATALOGUE], message, ("tools/course.py", line), [])
+    out[UTILS_CATALOGUE] = _new_template(UTILS_CATALOGUE)
+    placeholders = _placeholder_notes()
+    for file, line, message, comments, _context in extract_from_dir(
+            str(ROOT / "utils"), method_map=[("**.py", "python")], comment_tags=("TRANSLATORS:",),
+            keywords={"_": None, "N_": None, "L_": None, "exercise": None}):
+        notes = list(comments) + placeholders.get(message, [])
+        if re.search(r"\{\w+\}", message) and not placeholders.get(message):
+            notes.append("{…}: filled in after translation; keep every {name} as it is")
+        _add(out[UTILS_CATALOGUE], message, (f"utils/{file}", line), notes)
+    return out
+
+
+# --- catalogues: brought up to date from the templates, as msgmerge --previous does --------------------------
+
+def read_catalogue(path: Path, language: str | None = None):
+    from babel.messages.pofile import read_po
+
+    with open(path, "rb") as f:
+        return read_po(f, locale=(language or "zh-Hans").replace("-", "_"), domain=path.stem)
+
+
+def catalogue_text(catalog) -> str:
+    """A catalogue as ``.po`` text: no wrapping (one line per message, as Weblate and ``msgcat --no-wrap`` can
+    keep), the previous msgid of a fuzzy entry kept as ``#|``, obsolete entries kept as ``#~``."""
+    import io
+
+    from babel.messages.pofile import write_po
+
+    for message in catalog:
+        if message.id:
+            message.flags.discard("python-format")
+    buffer = io.BytesIO()
+    write_po(buffer, catalog, width=0, include_previous=True, sort_output=False)
+    return buffer.getvalue().decode("utf-8")
+
+
+def _dateless(text: str) -> str:
+    """``text`` without the header lines that only record when a file was written."""
+    return re.sub(r'^"(POT-Creation-Date|PO-Revision-Date|X-Generator): .*\n', "", text, flags=re.M)
+
+
+def same_catalogue_text(a: str, b: str) -> bool:
+    return _dateless(a) == _dateless(b)
+
+
+def _fresh_catalogue(domain: str, language: str):
+    from babel.messages.catalog import Catalog
+
+    catalog = Catalog(locale=language.replace("-", "_"), domain=domain, project=PROJECT, version="main",
+                      msgid_bugs_address="https://github.com/torch-building-blocks/course/issues",
+                      last_translator=HEADER[language]["Language-Team"],
+                      language_team=HEADER[language]["Language-Team"],
+                      creation_date=_EPOCH, revision_date=_EPOCH, fuzzy=False)
+    return catalog
+
+
+def _translated(message) -> bool:
+    return bool(message.id) and bool(message.string) and not message.fuzzy
+
+
+def compendium(language: str) -> dict[str, str]:
+    """Every translation confirmed in ``language``'s catalogues, obsolete entries included: a message that moves to
+    another domain keeps its translation (``msgmerge --compendium``)."""
     known: dict[str, str] = {}
-    for path in sorted(catalogue_path("*").parent.glob("*.po")):
-        for entry in polib.pofile(str(path)):
-            if entry.msgstr and not entry.fuzzy and not entry.obsolete:
-                known.setdefault(entry.msgid, entry.msgstr)
+    for path in sorted(catalogue_path("*", language).parent.glob("*.po")):
+        catalog = read_catalogue(path, language)
+        for message in [*catalog, *catalog.obsolete.values()]:
+            if _translated(message):
+                known.setdefault(message.id, message.string)
     return known
 
 
-def updated_catalogue(messages: list[str], old: polib.POFile | None, known: dict[str, str]) -> polib.POFile:
-    """The catalogue of ``messages`` in order, each with its translation from ``old`` or from ``known``."""
-    po = _new_catalogue()
-    if old is not None:
-        po.metadata = old.metadata
-    previous = {e.msgid: e for e in old or []}
-    for msgid in messages:
-        entry = polib.POEntry(msgid=msgid, msgstr=known.get(msgid, ""))
-        if msgid in previous and previous[msgid].tcomment:
-            entry.tcomment = previous[msgid].tcomment  # a translator's note stays with its message
-        po.append(entry)
-    return po
+def updated_catalogue(template, old, language: str, known: dict[str, str], seed: dict[str, str] | None = None):
+    """``old`` (or a new catalogue) brought up to date from ``template``: Babel's ``Catalog.update``, which is
+    ``msgmerge --previous``: a new message is untranslated, a changed one keeps its old translation marked fuzzy
+    with the old msgid, a removed one becomes obsolete (``#~``). Then ``known`` (the compendium) fills in exact
+    matches, and ``seed`` (简体 → 繁體 by OpenCC) drafts what is still empty, marked fuzzy for a translator."""
+    import copy
+
+    catalog = old if old is not None else _fresh_catalogue(template.domain, language)
+    # update() adopts the template's new messages as they are: give it a copy, the template serves both scripts
+    catalog.update(copy.deepcopy(template), no_fuzzy_matching=False, update_header_comment=True,
+                   keep_user_comments=True, update_creation_date=False)
+    team = HEADER[language]["Language-Team"]
+    catalog.project, catalog.version = PROJECT, "main"
+    catalog.msgid_bugs_address = "https://github.com/torch-building-blocks/course/issues"
+    if not catalog.language_team or "LL@li.org" in catalog.language_team:
+        catalog.language_team = team
+    if not catalog.last_translator or "EMAIL@ADDRESS" in catalog.last_translator:
+        catalog.last_translator = team
+    if not hasattr(catalog.revision_date, "tzinfo"):  # Babel's placeholder "YEAR-MO-DA HO:MI+ZONE"
+        catalog.revision_date = _EPOCH
+    catalog.header_comment = (f"# {language} translation of the course's {template.domain} messages.\n"
+                              "# Edit with any PO editor; `python -m tools.course sync` keeps your work.\n#")
+    for message in catalog:
+        if not message.id or message.string:
+            continue
+        if message.id in known:
+            message.string = known[message.id]
+        elif seed and message.id in seed:
+            message.string = seed[message.id]
+            message.flags.add("fuzzy")
+    return catalog
 
 
-def catalogue_text(po: polib.POFile) -> str:
-    po.wrapwidth = 0
-    return str(po) + "\n"
+def table(catalog) -> dict[str, str]:
+    """msgid → translation, for the messages a translator has confirmed (fuzzy ones stay English, as gettext
+    does)."""
+    return {m.id: m.string for m in catalog if _translated(m)}
+
+
+def load_table(domain: str, language: str) -> dict[str, str]:
+    path = catalogue_path(domain, language)
+    return table(read_catalogue(path, language)) if path.exists() else {}
+
+
+def compiled_catalogue(catalog, language: str) -> tuple[Path, bytes]:
+    """Where ``utils`` looks for its catalogue in ``language``, and the compiled ``.mo`` (fuzzy entries left out)."""
+    import io
+
+    from babel.messages.mofile import write_mo
+
+    path = UTILS_LOCALE / language.replace("-", "_") / "LC_MESSAGES" / f"{UTILS_CATALOGUE}.mo"
+    buffer = io.BytesIO()
+    write_mo(buffer, catalog, use_fuzzy=False)
+    return path, buffer.getvalue()
+
+
+def mo_messages(data: bytes) -> dict[str, str]:
+    """The translations in a compiled catalogue, header left out: what decides whether a ``.mo`` is current."""
+    import gettext
+    import io
+
+    catalog = dict(gettext.GNUTranslations(io.BytesIO(data))._catalog)  # noqa: SLF001 (the parsed messages)
+    catalog.pop("", None)
+    return catalog
 
 
 # --- 繁體 from 简体 ------------------------------------------------------------------------------------------
@@ -184,29 +396,17 @@ def to_traditional(text: str) -> str:
     return "".join([*pieces, _converter().convert(text[start:])])
 
 
-def language_catalogue(po: polib.POFile, language: str) -> polib.POFile:
-    if language == "zh-Hans":
-        return po
-    converted = _new_catalogue()
-    converted.metadata = dict(po.metadata, Language="zh_Hant")
-    for entry in po:
-        converted.append(polib.POEntry(msgid=entry.msgid, msgstr=to_traditional(entry.msgstr)))
-    return converted
-
-
 # --- translating a notebook -------------------------------------------------------------------------------
 
-def _lookup_catalogue(po: polib.POFile) -> polib.POFile:
-    """``po`` as po2md reads it. md2po joins a line that ends in a TeX row break (``\\\\``) to the next one without
-    a space, po2md with one: each such message is given under both spellings."""
+def _lookup_catalogue(translations: dict[str, str]) -> polib.POFile:
+    """The translations as po2md reads them. md2po joins a line that ends in a TeX row break (``\\\\``) to the next
+    one without a space, po2md with one: each such message is given under both spellings."""
     lookup = polib.POFile()
-    for entry in po:
-        if not entry.msgstr:
-            continue
-        lookup.append(polib.POEntry(msgid=entry.msgid, msgstr=entry.msgstr))
-        spaced = re.sub(r"(?<!\\)((?:\\\\)+)(?=[^\s\\])", r"\1 ", entry.msgid)
-        if spaced != entry.msgid:
-            lookup.append(polib.POEntry(msgid=spaced, msgstr=entry.msgstr))
+    for msgid, msgstr in translations.items():
+        lookup.append(polib.POEntry(msgid=msgid, msgstr=msgstr))
+        spaced = re.sub(r"(?<!\\)((?:\\\\)+)(?=[^\s\\])", r"\1 ", msgid)
+        if spaced != msgid:
+            lookup.append(polib.POEntry(msgid=spaced, msgstr=msgstr))
     return lookup
 
 
@@ -266,18 +466,17 @@ def translate_code(code: str, table: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
-def translated_notebook(nb, po: polib.POFile, language: str, printed: dict[str, str] | None = None,
+def translated_notebook(nb, translations: dict[str, str], printed: dict[str, str] | None = None,
                         patterns: list | None = None):
-    """A copy of ``nb`` (an English notebook whose generated parts are already in ``language``) with its Markdown
-    and code comments translated by the 简体 catalogue ``po``, and what ``utils`` printed translated by
-    ``printed`` (the ``utils`` catalogue, msgid -> translation in ``language``). ``patterns``:
-    ``printed_patterns(printed)``, when the caller has it already (it is the same for every chapter)."""
+    """A copy of ``nb`` (an English notebook whose generated parts are already in the edition's language) with its
+    Markdown and code comments translated by ``translations`` (msgid -> confirmed translation: the chapter's
+    catalogue and the shared one), and what ``utils`` printed translated by ``printed`` (``printed_table``).
+    ``patterns``: ``printed_patterns(printed)``, when the caller has it already (it is the same for every
+    chapter)."""
     import nbformat
 
     nb = nbformat.from_dict(nb)
-    po = language_catalogue(po, language)
-    table = {e.msgid: e.msgstr for e in po if e.msgstr}
-    lookup = _lookup_catalogue(po)
+    lookup = _lookup_catalogue(translations)
     if patterns is None:
         patterns = printed_patterns(printed) if printed else []
     for cell in nb.cells:
@@ -287,50 +486,24 @@ def translated_notebook(nb, po: polib.POFile, language: str, printed: dict[str, 
             title, rest = _title_split(nb, cell)
             cell.source = title + translate_markdown(rest, lookup)
         elif cell.cell_type == "code":
-            cell.source = translate_code(cell.source, table)
+            cell.source = translate_code(cell.source, translations)
             if printed:
                 translate_outputs(cell, printed, patterns)
     return nb
 
 
-COURSE_CATALOGUE = "course"  # the strings tools/course.py generates: titles, table headings, navigation
-UTILS_CATALOGUE = "utils"  # what utils tells a learner (utils/i18n.py): exercise titles, verdicts, hints
-UTILS_LOCALE = ROOT / "utils" / "locale"
-
-
-def utils_messages() -> list[str]:
-    """The messages of ``utils``, found by Babel's extractor: the texts given to ``_()`` and ``N_()``, and exercise
-    titles."""
-    from babel.messages.extract import extract_from_dir
-
-    found = extract_from_dir(str(ROOT / "utils"), method_map=[("**.py", "python")],
-                             keywords={"_": None, "N_": None, "L_": None, "exercise": None})
-    return list(dict.fromkeys(message for _file, _line, message, _comments, _context in found))
-
-
 @cache
 def printed_lines() -> frozenset[str]:
     """The messages ``utils`` prints as whole lines: ``utils.i18n.PRINTED`` and every message given to ``L_()``."""
+    import importlib.util
+
     from babel.messages.extract import extract_from_dir
 
-    from utils.i18n import PRINTED
-
+    spec = importlib.util.spec_from_file_location("_i18n", ROOT / "utils" / "i18n.py")  # not utils: no torch
+    i18n = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(i18n)
     found = extract_from_dir(str(ROOT / "utils"), method_map=[("**.py", "python")], keywords={"L_": None})
-    return frozenset(PRINTED) | {message for _file, _line, message, _comments, _context in found}
-
-
-def compiled_catalogue(po: polib.POFile, language: str) -> tuple[Path, bytes]:
-    """Where ``utils`` looks for its catalogue in ``language``, and the compiled ``.mo`` (``gettext``'s format)."""
-    import os
-
-    path = UTILS_LOCALE / language.replace("-", "_") / "LC_MESSAGES" / f"{UTILS_CATALOGUE}.mo"
-    fd, tmp = tempfile.mkstemp(suffix=".mo")
-    os.close(fd)
-    try:
-        language_catalogue(po, language).save_as_mofile(tmp)
-        return path, Path(tmp).read_bytes()
-    finally:
-        os.unlink(tmp)
+    return frozenset(i18n.PRINTED) | {message for _file, _line, message, _comments, _context in found}
 
 
 def _placeholder_pattern(msgid: str) -> re.Pattern | None:
@@ -374,10 +547,11 @@ def translate_printed(text: str, table: dict[str, str], patterns: list, top: boo
     return text
 
 
-def printed_table(po: polib.POFile, language: str) -> dict[str, str]:
-    """What ``utils`` prints for each of its messages in ``language``: the translation, or the message itself where
-    it has none yet (as ``gettext`` does). Every message is kept, so that the most specific one matches a line."""
-    return {e.msgid: e.msgstr or e.msgid for e in language_catalogue(po, language)}
+def printed_table(catalog) -> dict[str, str]:
+    """What ``utils`` prints for each of its messages, given its catalogue in a language: the confirmed translation,
+    or the message itself (as ``gettext`` does for an untranslated or fuzzy one). Every message is kept, so that the
+    most specific one matches a line."""
+    return {m.id: m.string if _translated(m) else m.id for m in catalog if m.id}
 
 
 def printed_patterns(table: dict[str, str]) -> list:
@@ -402,14 +576,7 @@ def translate_outputs(cell, table: dict[str, str], patterns: list | None = None)
                                        for line in lines)
 
 
-def load_catalogue(stem: str) -> polib.POFile | None:
-    path = catalogue_path(stem)
-    return polib.pofile(str(path), wrapwidth=0) if path.exists() else None
-
-
 @cache
 def generated_strings(language: str) -> dict[str, str]:
-    po = load_catalogue(COURSE_CATALOGUE)
-    if po is None:
-        return {}
-    return {e.msgid: e.msgstr for e in language_catalogue(po, language) if e.msgstr}
+    """tools/course.py's generated strings (titles, navigation, the chapter table) in ``language``."""
+    return load_table(COURSE_CATALOGUE, language)
