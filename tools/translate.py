@@ -506,8 +506,10 @@ def printed_lines() -> frozenset[str]:
     return frozenset(i18n.PRINTED) | {message for _file, _line, message, _comments, _context in found}
 
 
-def _placeholder_pattern(msgid: str) -> re.Pattern | None:
-    """``msgid`` as a regular expression whose groups are its ``{placeholders}`` (None if it has none)."""
+def _placeholder_pattern(msgid: str, whole: str = "") -> re.Pattern | None:
+    """``msgid`` as a regular expression whose groups are its ``{placeholders}`` (None if it has none). ``whole``:
+    an alternation of messages with a comma in them, tried first for a value, so that a value such as "normal, std
+    0.01 (too small)" is not cut at its own comma."""
     parts = re.split(r"\{(\w+)\}", msgid)
     if len(parts) == 1:
         return None
@@ -519,7 +521,7 @@ def _placeholder_pattern(msgid: str) -> re.Pattern | None:
             regex += f"(?P={part})"
         else:
             seen.add(part)
-            regex += f"(?P<{part}>.+?)"
+            regex += f"(?P<{part}>{whole}.+?)"
     return re.compile(regex, re.S)
 
 
@@ -554,10 +556,21 @@ def printed_table(catalog) -> dict[str, str]:
     return {m.id: m.string if _translated(m) else m.id for m in catalog if m.id}
 
 
+@cache
+def _short_values() -> frozenset[str]:
+    """Short messages marked with ``N_()``: labels that ``utils`` fills into other messages (a scheme's name)."""
+    from babel.messages.extract import extract_from_dir
+
+    found = extract_from_dir(str(ROOT / "utils"), method_map=[("**.py", "python")], keywords={"N_": None})
+    return frozenset(message for _file, _line, message, _comments, _context in found if len(message) <= 48)
+
+
 def printed_patterns(table: dict[str, str]) -> list:
     """The messages of ``table`` that have placeholders, as patterns, the most specific (longest text) first."""
+    with_commas = sorted((m for m in _short_values() if ", " in m and m in table), key=len, reverse=True)
+    whole = "".join(f"{re.escape(m)}|" for m in with_commas)
     return [(m, p) for m in sorted(table, key=lambda m: -len(re.sub(r"\{\w+\}", "", m)))
-            if (p := _placeholder_pattern(m)) is not None]
+            if (p := _placeholder_pattern(m, whole)) is not None]
 
 
 def _matches(text: str, patterns: list) -> bool:
@@ -565,15 +578,20 @@ def _matches(text: str, patterns: list) -> bool:
 
 
 def translate_outputs(cell, table: dict[str, str], patterns: list | None = None) -> None:
-    """Translate, line by line, what ``utils`` printed in a code cell's stream outputs (exercise verdicts and
-    hints), as the Chinese edition's kernel prints it after ``set_language``. ``patterns``: ``printed_patterns
-    (table)``, when the caller has it already."""
+    """Translate, line by line, what ``utils`` printed or displayed in a code cell's outputs (exercise verdicts and
+    hints in the streams, an explorer's summary in its ``text/plain``), as the Chinese edition's kernel shows it
+    after ``set_language``. ``patterns``: ``printed_patterns(table)``, when the caller has it already."""
     patterns = printed_patterns(table) if patterns is None else patterns
+
+    def lines(text: str) -> str:
+        return "\n".join(translate_printed(line, table, patterns, top=True) if line else line
+                         for line in text.split("\n"))
+
     for output in cell.get("outputs", []):
         if output.get("output_type") == "stream":
-            lines = output["text"].split("\n")
-            output["text"] = "\n".join(translate_printed(line, table, patterns, top=True) if line else line
-                                       for line in lines)
+            output["text"] = lines(output["text"])
+        elif "text/plain" in output.get("data", {}):
+            output["data"]["text/plain"] = lines(output["data"]["text/plain"])
 
 
 @cache
