@@ -140,7 +140,7 @@ LANGUAGE_LINE = re.compile(r'^set_language\("zh-Han[st]"\)  #.*\n', re.M)
 def _printed(language: str):
     """What utils prints in ``language``, and its patterns (compiled once)."""
     table = translate.printed_table(translate.read_catalogue(
-        translate.catalogue_path(translate.UTILS_CATALOGUE, language), language))
+        translate.catalogue_path(translate.UTILS_CATALOGUE, language)))
     return table, translate.printed_patterns(table)
 
 
@@ -200,59 +200,64 @@ def test_code_comments_translated_in_place():
 
 # --- the gettext workflow: a translator's work is never lost ---------------------------------------------------
 
-def _template(*messages: str):
+MSGMERGE = pytest.mark.skipif(not shutil.which("msgmerge"), reason="sync needs GNU gettext (apt-get install gettext)")
+
+
+def _template(*messages: str) -> str:
     template = translate._new_template("demo")
     for k, message in enumerate(messages):
         translate._add(template, message, ("notebooks/demo.ipynb", k + 1), [])
-    return template
+    return translate.catalogue_text(template)
 
 
-def _text(catalog) -> str:
-    return translate.catalogue_text(catalog)
-
-
-def _reread(catalog, tmp_path, language="zh-Hans"):
+def _merge(tmp_path, template: str, old: str | None, language="zh-Hans", known=None, seed=None) -> polib.POFile:
     path = tmp_path / f"demo-{language}.po"
-    path.write_text(_text(catalog), encoding="utf-8")
-    return translate.read_catalogue(path, language)
+    if old is not None:
+        path.write_text(old, encoding="utf-8")
+    text = translate.merged_catalogue(template, path if old is not None else None, "demo", language, known or {}, seed)
+    path.write_text(text, encoding="utf-8")
+    return translate.read_catalogue(path)
 
 
+@MSGMERGE
 def test_a_changed_sentence_keeps_its_translation_as_fuzzy_with_the_previous_msgid(tmp_path):
-    old = translate.updated_catalogue(_template("The cell prints the sum of the two tensors."), None, "zh-Hans", {})
-    old.get("The cell prints the sum of the two tensors.").string = "这个单元格打印两个张量之和。"
-    new = translate.updated_catalogue(_template("The cell prints the sum of both tensors."), _reread(old, tmp_path),
-                                      "zh-Hans", {})
-    entry = new.get("The cell prints the sum of both tensors.")
-    assert entry.string == "这个单元格打印两个张量之和。" and entry.fuzzy
-    assert "#| msgid \"The cell prints the sum of the two tensors.\"" in _text(new)
-    assert translate.table(new) == {}, "a fuzzy translation is not shown: the edition keeps the English"
+    po = _merge(tmp_path, _template("The cell prints the sum of the two tensors."), None)
+    po.find("The cell prints the sum of the two tensors.").msgstr = "这个单元格打印两个张量之和。"
+    po = _merge(tmp_path, _template("The cell prints the sum of both tensors."), str(po))
+    entry = po.find("The cell prints the sum of both tensors.")
+    assert entry.msgstr == "这个单元格打印两个张量之和。" and entry.fuzzy
+    assert entry.previous_msgid == "The cell prints the sum of the two tensors."
+    assert translate.table(po) == {}, "a fuzzy translation is not shown: the edition keeps the English"
+    again = _merge(tmp_path, _template("The cell prints the sum of both tensors."), str(po))
+    assert str(again) == str(po), "a second sync changes nothing (the #| line stays a previous msgid)"
 
 
+@MSGMERGE
 def test_a_translators_fuzzy_flag_and_edit_survive_an_update(tmp_path):
-    catalog = translate.updated_catalogue(_template("One.", "Two."), None, "zh-Hant", {})
-    catalog.get("One.").string = "一。"
-    catalog.get("One.").flags.add("fuzzy")  # the translator is not sure yet
-    catalog.get("Two.").string = "二。"  # edited by hand
-    again = translate.updated_catalogue(_template("One.", "Two."), _reread(catalog, tmp_path, "zh-Hant"), "zh-Hant",
-                                        {"Two.": "貳。"})
-    assert again.get("One.").fuzzy and again.get("One.").string == "一。"
-    assert again.get("Two.").string == "二。" and not again.get("Two.").fuzzy
+    po = _merge(tmp_path, _template("One.", "Two."), None, "zh-Hant")
+    po.find("One.").msgstr, po.find("Two.").msgstr = "一。", "二。"
+    po.find("One.").flags.append("fuzzy")  # the translator is not sure yet
+    po.find("Two.").tcomment = "reviewed"
+    po = _merge(tmp_path, _template("One.", "Two."), str(po), "zh-Hant", known={"Two.": "貳。"})
+    assert po.find("One.").fuzzy and po.find("One.").msgstr == "一。"
+    assert po.find("Two.").msgstr == "二。" and not po.find("Two.").fuzzy and po.find("Two.").tcomment == "reviewed"
 
 
+@MSGMERGE
 def test_a_removed_message_stays_as_obsolete_and_comes_back_from_the_compendium(tmp_path):
-    catalog = translate.updated_catalogue(_template("Kept.", "Moved away."), None, "zh-Hans", {})
-    catalog.get("Moved away.").string = "移走了。"
-    later = translate.updated_catalogue(_template("Kept."), _reread(catalog, tmp_path), "zh-Hans", {})
-    assert "Moved away." in later.obsolete and '#~ msgid "Moved away."' in _text(later)
-    elsewhere = translate.updated_catalogue(_template("Moved away."), None, "zh-Hans", {"Moved away.": "移走了。"})
+    po = _merge(tmp_path, _template("Kept.", "Moved away."), None)
+    po.find("Moved away.").msgstr = "移走了。"
+    po = _merge(tmp_path, _template("Kept."), str(po))
+    assert [e.msgid for e in po.obsolete_entries()] == ["Moved away."] and '#~ msgid "Moved away."' in str(po)
+    elsewhere = _merge(tmp_path, _template("Moved away."), None, known={"Moved away.": "移走了。"})
     assert translate.table(elsewhere) == {"Moved away.": "移走了。"}
 
 
-def test_a_new_traditional_message_gets_a_fuzzy_draft_from_simplified():
-    catalog = translate.updated_catalogue(_template("A new sentence."), None, "zh-Hant", {},
-                                          seed={"A new sentence.": translate.to_traditional("当前单元格返回一个列表")})
-    entry = catalog.get("A new sentence.")
-    assert entry.fuzzy and entry.string == "目前儲存格回傳一個串列", "a draft in Taiwan's terms, to be read"
+@MSGMERGE
+def test_a_new_traditional_message_gets_a_fuzzy_draft_from_simplified(tmp_path):
+    seed = {"A new sentence.": translate.to_traditional("当前单元格返回一个列表")}
+    entry = _merge(tmp_path, _template("A new sentence."), None, "zh-Hant", seed=seed).find("A new sentence.")
+    assert entry.fuzzy and entry.msgstr == "目前儲存格回傳一個串列", "a draft in Taiwan's terms, to be read"
 
 
 def test_a_message_two_chapters_share_lives_in_one_catalogue():

@@ -339,7 +339,7 @@ def editions(chapters, english: dict[str, object]) -> dict[Path, str]:
     translate.generated_strings.cache_clear()
     for language in LANGUAGES[1:]:
         printed = translate.printed_table(translate.read_catalogue(
-            translate.catalogue_path(translate.UTILS_CATALOGUE, language), language))
+            translate.catalogue_path(translate.UTILS_CATALOGUE, language)))
         patterns = translate.printed_patterns(printed)
         shared = translate.load_table(translate.SHARED_CATALOGUE, language)
         for ch in chapters:
@@ -352,33 +352,33 @@ def editions(chapters, english: dict[str, object]) -> dict[Path, str]:
 
 
 def update_catalogues(english: dict[str, object]) -> list[Path]:
-    """Bring the templates and both scripts' catalogues up to date (``msgmerge --previous``'s way), and compile
-    ``utils``' catalogues for ``utils.set_language``. A file is written only where its content changed."""
+    """Bring the templates and both scripts' catalogues up to date (``msgmerge --previous``), and compile ``utils``'
+    catalogues for ``utils.set_language``. A file is written only where its content changed."""
     from tools import translate
 
     written = []
-    templates = _templates(english)
-    for domain, template in templates.items():
-        path, text = translate.template_path(domain), translate.catalogue_text(template)
+    templates = {domain: translate.catalogue_text(t) for domain, t in _templates(english).items()}
+    for domain, text in templates.items():
+        path = translate.template_path(domain)
         if not path.exists() or not translate.same_catalogue_text(path.read_text(encoding="utf-8"), text):
             _write(path, text)
             written.append(path)
-    confirmed_hans: dict[str, str] = {}
+    seed: dict[str, str] = {}
     for language in LANGUAGES[1:]:
         known = translate.compendium(language)
-        seed = {msgid: translate.to_traditional(text) for msgid, text in confirmed_hans.items()}
         for domain, template in templates.items():
             path = translate.catalogue_path(domain, language)
             old_text = path.read_text(encoding="utf-8") if path.exists() else ""
-            old = translate.read_catalogue(path, language) if path.exists() else None
-            catalog = translate.updated_catalogue(template, old, language, known, seed if seed else None)
-            confirmed_hans.update(translate.table(catalog) if language == "zh-Hans" else {})
-            text = translate.catalogue_text(catalog)
+            text = translate.merged_catalogue(template, path if path.exists() else None, domain, language, known,
+                                              seed if language == "zh-Hant" else None)
             if not translate.same_catalogue_text(old_text, text):
                 _write(path, text)
                 written.append(path)
+            po = translate.read_catalogue(path)
+            if language == "zh-Hans":  # the 繁體 drafts of what 简体 has and 繁體 lacks
+                seed.update({k: translate.to_traditional(v) for k, v in translate.table(po).items()})
             if domain == translate.UTILS_CATALOGUE:
-                mo_path, mo = translate.compiled_catalogue(catalog, language)
+                mo_path, mo = translate.compiled_catalogue(po, language)
                 if not mo_path.exists() or translate.mo_messages(mo_path.read_bytes()) != translate.mo_messages(mo):
                     _write(mo_path, mo)
                     written.append(mo_path)
@@ -392,8 +392,7 @@ def stale_translations(english: dict[str, object]) -> list[str]:
     from tools import translate
 
     out = []
-    templates = _templates(english)
-    for domain, template in templates.items():
+    for domain, template in _templates(english).items():
         path = translate.template_path(domain)
         if not path.exists() or not translate.same_catalogue_text(path.read_text(encoding="utf-8"),
                                                                  translate.catalogue_text(template)):
@@ -404,12 +403,12 @@ def stale_translations(english: dict[str, object]) -> list[str]:
             if not cat_path.exists():
                 out.append(f"{_shown(cat_path)} (missing)")
                 continue
-            catalog = translate.read_catalogue(cat_path, language)
-            if {m.id for m in catalog if m.id} != wanted:
+            po = translate.read_catalogue(cat_path)
+            if {e.msgid for e in po if not e.obsolete} != wanted:
                 out.append(f"{_shown(cat_path)} (its messages differ from {path.name})")
             if domain == translate.UTILS_CATALOGUE:
-                mo_path, mo = translate.compiled_catalogue(catalog, language)
-                if not mo_path.exists() or translate.mo_messages(mo_path.read_bytes()) != translate.mo_messages(mo):
+                mo_path = translate.compiled_catalogue(po, language)[0]
+                if not mo_path.exists() or translate.mo_messages(mo_path.read_bytes()) != translate.table(po):
                     out.append(f"{_shown(mo_path)} (not compiled from {cat_path.name})")
     return out
 

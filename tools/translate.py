@@ -1,6 +1,7 @@
 """The Chinese editions: every chapter in 简体 and 繁體, made from the English notebook and gettext catalogues.
 
-English is the one source. The workflow is gettext's, with Babel doing what ``xgettext`` and ``msgmerge`` do:
+English is the one source. The workflow is gettext's: Babel extracts (``xgettext``'s job), GNU gettext's ``msgmerge``
+merges, polib reads and compiles:
 
 1. **Templates.** ``locale/<domain>.pot`` (generated, never edited) holds what the English sources ask translators
    for: one domain per chapter (``mdpo`` splits each Markdown cell into headings, paragraphs, list items and table
@@ -9,7 +10,7 @@ English is the one source. The workflow is gettext's, with Babel doing what ``xg
    ``_()``, ``N_()``, ``L_()`` and ``@exercise``). ``#:`` names the notebook and the line of the cell's id (or the
    file and line in ``utils``), ``#.`` the cell, or what fills each ``{placeholder}``.
 2. **Catalogues.** ``locale/zh_Hans/LC_MESSAGES/<domain>.po`` and ``locale/zh_Hant/...`` (繁體, written for Taiwan)
-   are updated from the templates by Babel's ``Catalog.update``, as ``msgmerge --previous`` does: a changed message
+   are updated from the templates by ``msgmerge --previous``: a changed message
    keeps its old translation, marked ``fuzzy`` with the old msgid as ``#|``; a removed one is kept as ``#~``; a
    translator's edits and flags are never touched. An exact match elsewhere in the same language fills a new
    message (a compendium); a new 繁體 message with a confirmed 简体 one gets an OpenCC draft, marked fuzzy.
@@ -25,6 +26,7 @@ from __future__ import annotations
 import functools
 import io
 import re
+import tempfile
 import tokenize
 from functools import cache
 from pathlib import Path
@@ -252,27 +254,17 @@ def templates(notebooks: dict[str, object], generated: list[str]) -> dict[str, o
     return out
 
 
-# --- catalogues: brought up to date from the templates, as msgmerge --previous does --------------------------
-
-def read_catalogue(path: Path, language: str | None = None):
-    from babel.messages.pofile import read_po
-
-    with open(path, "rb") as f:
-        return read_po(f, locale=(language or "zh-Hans").replace("-", "_"), domain=path.stem)
-
+# --- catalogues: brought up to date from the templates by msgmerge --previous ----------------------------------
 
 def catalogue_text(catalog) -> str:
-    """A catalogue as ``.po`` text: no wrapping (one line per message, as Weblate and ``msgcat --no-wrap`` can
-    keep), the previous msgid of a fuzzy entry kept as ``#|``, obsolete entries kept as ``#~``."""
-    import io
-
+    """A template (a Babel catalogue) as ``.pot`` text, one line per message."""
     from babel.messages.pofile import write_po
 
     for message in catalog:
         if message.id:
             message.flags.discard("python-format")
     buffer = io.BytesIO()
-    write_po(buffer, catalog, width=0, include_previous=True, sort_output=False)
+    write_po(buffer, catalog, width=0, sort_output=False)
     return buffer.getvalue().decode("utf-8")
 
 
@@ -285,19 +277,23 @@ def same_catalogue_text(a: str, b: str) -> bool:
     return _dateless(a) == _dateless(b)
 
 
-def _fresh_catalogue(domain: str, language: str):
-    from babel.messages.catalog import Catalog
-
-    catalog = Catalog(locale=language.replace("-", "_"), domain=domain, project=PROJECT, version="main",
-                      msgid_bugs_address="https://github.com/torch-building-blocks/course/issues",
-                      last_translator=HEADER[language]["Language-Team"],
-                      language_team=HEADER[language]["Language-Team"],
-                      creation_date=_EPOCH, revision_date=_EPOCH, fuzzy=False)
-    return catalog
+def read_catalogue(path: Path) -> polib.POFile:
+    return polib.pofile(str(path), wrapwidth=0)
 
 
-def _translated(message) -> bool:
-    return bool(message.id) and bool(message.string) and not message.fuzzy
+def _confirmed(entry) -> bool:
+    return bool(entry.msgid) and bool(entry.msgstr) and not entry.fuzzy
+
+
+def table(po) -> dict[str, str]:
+    """msgid → translation, for the messages a translator has confirmed (fuzzy ones stay English, as gettext
+    does)."""
+    return {e.msgid: e.msgstr for e in po if _confirmed(e) and not e.obsolete}
+
+
+def load_table(domain: str, language: str) -> dict[str, str]:
+    path = catalogue_path(domain, language)
+    return table(read_catalogue(path)) if path.exists() else {}
 
 
 def compendium(language: str) -> dict[str, str]:
@@ -305,73 +301,73 @@ def compendium(language: str) -> dict[str, str]:
     another domain keeps its translation (``msgmerge --compendium``)."""
     known: dict[str, str] = {}
     for path in sorted(catalogue_path("*", language).parent.glob("*.po")):
-        catalog = read_catalogue(path, language)
-        for message in [*catalog, *catalog.obsolete.values()]:
-            if _translated(message):
-                known.setdefault(message.id, message.string)
+        for entry in read_catalogue(path):
+            if _confirmed(entry):
+                known.setdefault(entry.msgid, entry.msgstr)
     return known
 
 
-def updated_catalogue(template, old, language: str, known: dict[str, str], seed: dict[str, str] | None = None):
-    """``old`` (or a new catalogue) brought up to date from ``template``: Babel's ``Catalog.update``, which is
-    ``msgmerge --previous``: a new message is untranslated, a changed one keeps its old translation marked fuzzy
-    with the old msgid, a removed one becomes obsolete (``#~``). Then ``known`` (the compendium) fills in exact
-    matches, and ``seed`` (简体 → 繁體 by OpenCC) drafts what is still empty, marked fuzzy for a translator."""
-    import copy
-
-    catalog = old if old is not None else _fresh_catalogue(template.domain, language)
-    # update() adopts the template's new messages as they are: give it a copy, the template serves both scripts
-    catalog.update(copy.deepcopy(template), no_fuzzy_matching=False, update_header_comment=True,
-                   keep_user_comments=True, update_creation_date=False)
+def _header(po: polib.POFile, domain: str, language: str) -> None:
+    """The header fields ``msgfmt -c`` and the PO editors want; a translator's editor keeps its own values."""
     team = HEADER[language]["Language-Team"]
-    catalog.project, catalog.version = PROJECT, "main"
-    catalog.msgid_bugs_address = "https://github.com/torch-building-blocks/course/issues"
-    if not catalog.language_team or "LL@li.org" in catalog.language_team:
-        catalog.language_team = team
-    if not catalog.last_translator or "EMAIL@ADDRESS" in catalog.last_translator:
-        catalog.last_translator = team
-    if not hasattr(catalog.revision_date, "tzinfo"):  # Babel's placeholder "YEAR-MO-DA HO:MI+ZONE"
-        catalog.revision_date = _EPOCH
-    catalog.header_comment = (f"# {language} translation of the course's {template.domain} messages.\n"
-                              "# Edit with any PO editor; `python -m tools.course sync` keeps your work.\n#")
-    for message in catalog:
-        if not message.id or message.string:
-            continue
-        if message.id in known:
-            message.string = known[message.id]
-        elif seed and message.id in seed:
-            message.string = seed[message.id]
-            message.flags.add("fuzzy")
-    return catalog
+    po.header = (f"{language} translation of the course's {domain} messages.\n"
+                 "Edit with any PO editor; `python -m tools.course sync` keeps your work (CONTRIBUTING).")
+    meta = po.metadata
+    meta["Project-Id-Version"] = f"{PROJECT} main"
+    meta["Report-Msgid-Bugs-To"] = "https://github.com/torch-building-blocks/course/issues"
+    meta["Language"] = language.replace("-", "_")
+    meta["Plural-Forms"] = "nplurals=1; plural=0;"
+    for field, value in (("PO-Revision-Date", _EPOCH.strftime("%Y-%m-%d %H:%M+0000")), ("Last-Translator", team),
+                         ("Language-Team", team)):
+        if not meta.get(field) or "YEAR" in meta[field] or "EMAIL@ADDRESS" in meta[field] or "LL@li.org" in meta[field]:
+            meta[field] = value
+    meta.setdefault("MIME-Version", "1.0")
+    meta["Content-Type"] = "text/plain; charset=UTF-8"
+    meta["Content-Transfer-Encoding"] = "8bit"
 
 
-def table(catalog) -> dict[str, str]:
-    """msgid → translation, for the messages a translator has confirmed (fuzzy ones stay English, as gettext
-    does)."""
-    return {m.id: m.string for m in catalog if _translated(m)}
+def merged_catalogue(template: str, old: Path | None, domain: str, language: str, known: dict[str, str],
+                     seed: dict[str, str] | None = None) -> str:
+    """The catalogue ``old`` (or a new one) brought up to date from the ``template`` text by GNU gettext's
+    ``msgmerge --previous``: a new message is untranslated, a changed one keeps its old translation marked fuzzy
+    with the old msgid as ``#|``, a removed one is kept as ``#~``; a translator's entries, flags and comments are
+    kept. ``known`` is the compendium (exact matches fill new messages); ``seed`` (简体 → 繁體 by OpenCC) drafts what
+    is still empty, marked fuzzy for a translator to read."""
+    import subprocess
+
+    with tempfile.TemporaryDirectory() as folder:
+        work = Path(folder)
+        (work / "template.pot").write_text(template, encoding="utf-8")
+        start = polib.POFile(wrapwidth=0)
+        if old is not None:
+            start = read_catalogue(old)
+        _header(start, domain, language)
+        start.save(str(work / "old.po"))
+        extra = polib.POFile(wrapwidth=0)
+        extra.metadata = {"Content-Type": "text/plain; charset=UTF-8"}
+        for msgid, msgstr in known.items():
+            extra.append(polib.POEntry(msgid=msgid, msgstr=msgstr))
+        extra.save(str(work / "compendium.po"))
+        subprocess.run(["msgmerge", "--quiet", "--previous", "--no-wrap", f"--compendium={work / 'compendium.po'}",
+                        "-o", str(work / "new.po"), str(work / "old.po"), str(work / "template.pot")], check=True)
+        po = read_catalogue(work / "new.po")
+    _header(po, domain, language)
+    for entry in po:
+        if not entry.msgstr and seed and entry.msgid in seed:
+            entry.msgstr = seed[entry.msgid]
+            entry.flags.append("fuzzy")
+    return str(po) + "\n"
 
 
-def load_table(domain: str, language: str) -> dict[str, str]:
-    path = catalogue_path(domain, language)
-    return table(read_catalogue(path, language)) if path.exists() else {}
-
-
-def compiled_catalogue(catalog, language: str) -> tuple[Path, bytes]:
+def compiled_catalogue(po: polib.POFile, language: str) -> tuple[Path, bytes]:
     """Where ``utils`` looks for its catalogue in ``language``, and the compiled ``.mo`` (fuzzy entries left out)."""
-    import io
-
-    from babel.messages.mofile import write_mo
-
     path = UTILS_LOCALE / language.replace("-", "_") / "LC_MESSAGES" / f"{UTILS_CATALOGUE}.mo"
-    buffer = io.BytesIO()
-    write_mo(buffer, catalog, use_fuzzy=False)
-    return path, buffer.getvalue()
+    return path, po.to_binary()
 
 
 def mo_messages(data: bytes) -> dict[str, str]:
     """The translations in a compiled catalogue, header left out: what decides whether a ``.mo`` is current."""
     import gettext
-    import io
 
     catalog = dict(gettext.GNUTranslations(io.BytesIO(data))._catalog)  # noqa: SLF001 (the parsed messages)
     catalog.pop("", None)
@@ -549,11 +545,11 @@ def translate_printed(text: str, table: dict[str, str], patterns: list, top: boo
     return text
 
 
-def printed_table(catalog) -> dict[str, str]:
+def printed_table(po) -> dict[str, str]:
     """What ``utils`` prints for each of its messages, given its catalogue in a language: the confirmed translation,
     or the message itself (as ``gettext`` does for an untranslated or fuzzy one). Every message is kept, so that the
     most specific one matches a line."""
-    return {m.id: m.string if _translated(m) else m.id for m in catalog if m.id}
+    return {e.msgid: e.msgstr if _confirmed(e) else e.msgid for e in po if e.msgid and not e.obsolete}
 
 
 @cache
