@@ -131,17 +131,23 @@ def first_key_decides_by_index(state_dict, prefix="module."):
 
 
 STRIP_WRONG = {
-    with_replace: "the key 'module.submodule.weight' became 'subweight'",
-    with_lstrip: "the key 'module.encoder.weight' became 'ncoder.weight'",
-    with_split: "the key 'module.submodule.weight' became 'weight'",
+    with_replace: "the key 'module.submodule.weight' became 'subweight'; expected 'submodule.weight'. str.replace "
+                  "removes the prefix wherever it occurs",
+    with_lstrip: "the key 'module.encoder.weight' became 'ncoder.weight'; expected 'encoder.weight'. str.lstrip (and "
+                 "str.strip) remove characters",
+    with_split: "the key 'module.submodule.weight' became 'weight'; expected 'submodule.weight'. str.split cuts a "
+                "key at every occurrence of the prefix",
     in_place: "do not modify the state dict you were given",
     consume_in_place: "do not modify the state dict you were given",
     consume_on_a_shallow_copy: "nor its _metadata",
     default_without_dot: "your default is prefix='module'. Give the parameter the default the task names",
     drops_others: "the key 'b.module.c' is missing from the result",
-    cuts_every_key: "the key 'b.module.c' became 'e.c'",
-    unescaped_regex: "the key 'module_list.0.weight' became 'list.0.weight'",
-    strips_repeatedly: "the key 'module.module.w' became 'w'; expected 'module.w'",
+    cuts_every_key: "the key 'b.module.c' became 'e.c'; expected 'b.module.c'. Keys that do not start with the "
+                    "prefix lost their first len(prefix) characters",
+    unescaped_regex: "the key 'module_list.0.weight' became 'list.0.weight'; expected 'module_list.0.weight'. In "
+                     "a regular expression the prefix needs re.escape",
+    strips_repeatedly: "the key 'module.module.w' became 'w'; expected 'module.w'. The prefix was removed as many "
+                       "times as it repeats",
     all_or_nothing: "the key 'module.a' kept its prefix; expected 'a'",
     hard_coded: "Use the prefix argument rather than a hard-coded 'module.'",
     copies_values: "keep the same tensors as values, not copies",
@@ -165,6 +171,18 @@ def test_strip_prefix_names_the_mistake(wrong):
     verdict, hint = outcome(check_strip_prefix, wrong)
     assert verdict == "failed"
     assert STRIP_WRONG[wrong] in hint, hint
+
+
+SLIPS = ("str.replace", "str.lstrip", "str.split", "re.escape", "removed as many times", "lost their first")
+
+
+@pytest.mark.parametrize("wrong", [with_replace, with_lstrip, with_split, cuts_every_key, unescaped_regex,
+                                   strips_repeatedly], ids=lambda f: f.__name__)
+def test_strip_prefix_names_only_the_way_the_answer_stripped(wrong):
+    # The key that several ways would mangle alike ('module.module.w': replace, split, lstrip and a loop all give
+    # 'w') is judged by what the answer did to every key, so the hint names one way, the answer's.
+    hint = outcome(check_strip_prefix, wrong)[1]
+    assert [way for way in SLIPS if way in hint] == [next(way for way in SLIPS if way in STRIP_WRONG[wrong])], hint
 
 
 # ---------------------------------------------------------------- Exercise 1: right answers
@@ -233,6 +251,10 @@ def _restore(checkpoint, model, optimizer, parts=("model", "optimizer", "rng")):
     if "rng" in parts:
         torch.set_rng_state(checkpoint["rng"])
     return checkpoint["step"]
+
+
+def save_without_rng(path, model, optimizer, step):
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, path)
 
 
 def load_without_rng(path, model, optimizer):
@@ -435,17 +457,56 @@ def save_numpy_rng_too(path, model, optimizer, step):  # "to be safe": numpy's g
                 "rng": torch.get_rng_state(), "np_rng": np.random.get_state()}, path)
 
 
+def load_rng_then_probe(path, model, optimizer):  # restores the generator first, then draws from it
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    torch.set_rng_state(checkpoint["rng"])
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    model.eval()
+    with torch.no_grad():
+        assert torch.isfinite(model(torch.randn(2, 4))).all()  # a sanity check on a random input
+    model.train()
+    return checkpoint["step"]
+
+
+def load_then_probe_in_training_mode(path, model, optimizer):  # a forward pass after the restore, in train mode
+    step = _restore(torch.load(path, map_location="cpu", weights_only=True), model, optimizer)
+    with torch.no_grad():
+        model(torch.zeros(2, 4))
+    return step
+
+
+def load_parameters_by_name(path, model, optimizer):  # the file holds the buffers; only the parameters come back
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            parameter.copy_(checkpoint["model"][name])
+    return _restore(checkpoint, model, optimizer, ("optimizer", "rng"))
+
+
+def reseed_with_the_run_seed(path, model, optimizer):  # the seed the run started with, not its state
+    step = _restore(torch.load(path, map_location="cpu"), model, optimizer, ("model", "optimizer"))
+    torch.manual_seed(0)
+    return step
+
+
 RESUME_WRONG = [
-    (save_state, load_without_rng, "torch's random state is not restored"),
-    (save_state, reseed_instead, "torch's random state is not restored"),
+    (save_state, load_rng_then_probe, "torch's random state was restored, then drawn from"),
+    (save_state, load_then_probe_in_training_mode, "num_batches_tracked is 4, 1 more than saved: the model ran "
+                                                   "forward in training mode"),
+    (save_state, load_parameters_by_name, "the file holds the model's buffers (batch norm's running mean and "
+                                          "variance), but load leaves the model's as they were"),
+    (save_state, reseed_with_the_run_seed, "freshly seeded (seed 0), as torch.manual_seed leaves it"),
+    (save_state, load_without_rng, "the file holds torch's random state, but load does not restore it"),
+    (save_without_rng, load_without_rng, "torch's random state is not restored, so the batch order"),
+    (save_state, reseed_instead, "after load torch's generator is freshly seeded (seed 3)"),
     (save_state, load_without_optimizer, "the optimizer's state (Adam's step counts and moving averages)"),
     (save_state, load_into_a_new_optimizer, "into the optimizer you are given"),
     (save_optimizer_settings_only, load_optimizer_settings_only, "the optimizer's state (Adam's step counts"),
     (save_state, load_without_model, "after load the model must hold the saved weights"),
     (save_state, load_whole_file_non_strict, "after load the model must hold the saved weights"),
-    (save_state, load_returns_three, "(500 for this one), not a constant or Adam's own step count; got 3"),
-    (save_without_step, load_step_from_adam, "the step that save was given, stored in the checkpoint (500 for "
-                                             "this one), not a constant or Adam's own step count; got 5"),
+    (save_state, load_returns_three, "stored in the checkpoint (500 for this one); got 3"),
+    (save_without_step, load_step_from_adam, "(500 for this one); got 5, Adam's own count of its updates"),
     (save_state, load_without_map_location, "a GPU this machine does not have raised RuntimeError"),
     (save_state, load_checkpoint_without_map_location, "load with map_location='cpu'"),
     (save_whole_objects, load_whole_objects, "holds a pickled object (torch.save(model)"),

@@ -120,6 +120,11 @@ def one_hot_writes_the_labels(labels, num_classes):         # writes each label'
     return out.scatter_(1, labels.unsqueeze(1), labels.unsqueeze(1).float())
 
 
+def one_hot_nan_written(labels, num_classes):               # NaN from the answer's own values, not from memory
+    out = torch.zeros(len(labels), num_classes, device=labels.device)
+    return out.scatter_(1, labels.unsqueeze(1), 1.0) / out.sum(1, keepdim=True).sub(1)
+
+
 def one_hot_zeros_transposed(labels, num_classes):  # (C, N) zeros: PyTorch refuses; the check cannot name why
     out = torch.zeros(num_classes, len(labels), device=labels.device)
     return out.scatter_(1, labels.unsqueeze(1), 1.0)
@@ -132,9 +137,11 @@ ONE_HOT_WRONG = [
     (one_hot_unsqueeze_in_place, "do not modify labels in place"),
     (one_hot_index_not_unsqueezed, "labels.unsqueeze(1)"),
     (one_hot_index_as_one_row, "only row 0 was written, with a 1 for every label"),
-    (one_hot_index_moved_with_to_out, ".to(out) converts the dtype too"),
-    (one_hot_default_device, "create every new tensor on labels.device"),
-    (one_hot_from_empty, "not torch.empty"),
+    (one_hot_index_moved_with_to_out, ".to(out) would also convert them"),
+    (one_hot_default_device, "create every new tensor on labels.device, as torch.zeros(N, num_classes, "
+                             "device=labels.device) does"),
+    (one_hot_from_empty, "start from torch.zeros: your function called empty()"),
+    (one_hot_nan_written, "the result holds NaN; row i must hold a single 1"),
     (one_hot_ones_on_default_device, "Expected all tensors to be on the same device"),
     (one_hot_with_f_one_hot, "build it with scatter_"),
     (one_hot_eye_rows, "build it with scatter_"),
@@ -148,6 +155,19 @@ ONE_HOT_WRONG = [
     (one_hot_writes_the_labels, "out[0, 2] is 2 where 1 is expected. The check does not recognize the cause"),
     (one_hot_zeros_transposed, "Likely cause: unknown: the check does not recognize this error"),
 ]
+
+
+def one_hot_following_the_device_hint(labels, num_classes):   # exactly what the device hint suggests
+    return torch.zeros(len(labels), num_classes, device=labels.device).scatter_(1, labels.unsqueeze(1), 1.0)
+
+
+def test_the_device_hint_suggests_a_float_one_hot():
+    # labels.new_zeros(...) and torch.zeros_like(labels) are int64, like the labels: following a hint that named
+    # them failed the float requirement. The hint names what the task accepts, and that passes.
+    hint = outcome(check_one_hot, one_hot_default_device)[1]
+    assert "labels.new_zeros" not in hint and "zeros_like(labels)" not in hint, hint
+    assert "torch.zeros(N, num_classes, device=labels.device)" in hint
+    assert_accepted(check_one_hot, one_hot_following_the_device_hint)
 
 
 @pytest.mark.parametrize(("answer", "hint"), ONE_HOT_WRONG, ids=[a.__name__ for a, _ in ONE_HOT_WRONG])
@@ -263,6 +283,10 @@ def select_scores_argmax(scores, labels):  # the best class's index, not the lab
     return scores.argmax(-1)
 
 
+def select_scores_labels_returned(scores, labels):  # an integer result that argmax did not make
+    return labels.clone()
+
+
 def select_scores_one_hot_from_labels(scores, labels):  # as wide as the largest label present, not C
     return (scores * F.one_hot(labels)).sum(-1)
 
@@ -318,9 +342,10 @@ SELECT_WRONG = [
     (select_scores_unsqueeze_wrong_place, "gather along dim=2 (or -1)"),
     (select_scores_unsqueeze_in_place, "do not modify labels in place"),
     (select_scores_best_class, "out[b, n] is the largest score at position (b, n), a max over the classes"),
-    (select_scores_loop_on_default_device, "create every new tensor on scores.device"),
+    (select_scores_loop_on_default_device, "create every new tensor on scores.device, as scores.new_zeros(B, N)"),
     (select_scores_eye_rows, "a tensor on the default device (the CPU) was indexed with a tensor on scores.device"),
     (select_scores_argmax, "got torch.int64. argmax gives the index of the best class"),
+    (select_scores_labels_returned, "got torch.int64: gather along dim=2 (or -1)"),
     (select_scores_one_hot_from_labels, "F.one_hot(labels) is only labels.max() + 1 wide"),
     (select_scores_output_requires_grad, "the output was made with requires_grad=True"),
     (select_scores_shifted_in_place, "do not modify scores in place"),
@@ -403,6 +428,17 @@ def segment_mean_wrong_broadcast(values, ids, num_segments):
 def segment_mean_include_self(values, ids, num_segments):
     index = ids.unsqueeze(1).expand_as(values)
     return values.new_zeros(num_segments, values.shape[1]).scatter_reduce(0, index, values, "mean")
+
+
+def segment_mean_one_count_too_many(values, ids, num_segments):   # + 1 by hand: no scatter_reduce involved
+    sums = values.new_zeros(num_segments, values.shape[1]).index_add_(0, ids, values)
+    return sums / (torch.bincount(ids, minlength=num_segments) + 1).unsqueeze(1)
+
+
+def segment_mean_ids_written_as_values(values, ids, num_segments):  # int64 ids added, not ones_like(ids)
+    sums = values.new_zeros(num_segments, values.shape[1]).index_add_(0, ids, values)
+    counts = values.new_zeros(num_segments).index_add_(0, ids, ids)
+    return sums / counts.clamp(min=1).unsqueeze(1)
 
 
 def segment_mean_nan_when_empty(values, ids, num_segments):
@@ -562,19 +598,20 @@ def segment_mean_detached_beyond_rows(values, ids, num_segments):  # differentia
 
 SEGMENT_WRONG = [
     (segment_mean_wrong_broadcast, "counts.unsqueeze(1) makes them divide the rows"),
-    (segment_mean_include_self, "include_self=False"),
-    (segment_mean_nan_when_empty, "not NaN"),
+    (segment_mean_include_self, "scatter_reduce(..., 'mean') counts the initial zeros of the output"),
+    (segment_mean_one_count_too_many, "divided by one member too many: divide each segment's sum by its number"),
+    (segment_mean_nan_when_empty, "its sum is 0 and its count 0, and 0 / 0 is NaN"),
     (segment_mean_from_max_id, "not ids.max() + 1"),
     (segment_sum, "each row holds its segment's sum"),
     (segment_mean_scatter_overwrites, "repeated ids must add up"),
     (segment_mean_floor_division, "divide with /, not //"),
     (segment_mean_equal_sized_segments, "need not be contiguous nor of equal size"),
-    (segment_mean_default_device, "create every new tensor on values.device"),
+    (segment_mean_default_device, "create every new tensor on values.device, as values.new_zeros(num_segments, D)"),
     (segment_mean_default_dtype, "values' dtype"),
     (segment_mean_ids_in_place, "do not modify segment_ids in place"),
     (segment_mean_python_lists, "keep the result differentiable"),
     (segment_mean_counts_on_default_device, "create every new tensor on values.device"),
-    (segment_mean_from_empty, "not torch.empty or new_empty"),
+    (segment_mean_from_empty, "your function called new_empty(), whose new memory holds whatever was there"),
     (segment_mean_on_cpu, "keep the work on values.device"),
     (segment_mean_empty_rows_on_default_device, "create every new tensor on values.device"),
     (segment_mean_eye_rows, "indexed with a tensor on values.device"),
@@ -582,6 +619,7 @@ SEGMENT_WRONG = [
     (segment_mean_rows_of_values, "(there may be more segments than rows); got (5, 2)"),
     (segment_mean_float32_counts, "anything added into it needs values' dtype too"),
     (segment_mean_int64_ones_scatter_add, "the values added must have the output's dtype"),
+    (segment_mean_ids_written_as_values, "scatter_add_ and index_add_ refused values of another dtype"),
     (segment_mean_int64_ones_index_add, "the values added must have the output's dtype"),
     (segment_mean_output_requires_grad, "the output was made with requires_grad=True"),
     (segment_mean_values_requires_grad, "do not call values.requires_grad_()"),
@@ -735,6 +773,11 @@ def count_tokens_from_empty(tokens, vocab_size):            # adds to whatever m
     return tokens.new_empty(tokens.shape[0], vocab_size).scatter_add_(1, tokens, torch.ones_like(tokens))
 
 
+def count_tokens_minus_one_for_absent(tokens, vocab_size):   # out of range without new memory: -1 marks "absent"
+    out = tokens.new_zeros(tokens.shape[0], vocab_size).scatter_add_(1, tokens, torch.ones_like(tokens))
+    return out.masked_fill(out == 0, -1)
+
+
 def count_tokens_one_hot_on_cpu(tokens, vocab_size):        # right counts, on the CPU on a GPU machine
     return F.one_hot(tokens.cpu(), vocab_size).sum(1)
 
@@ -822,17 +865,19 @@ def count_tokens_index_put_tokens_only(tokens, vocab_size):  # one index tensor 
 
 
 COUNT_WRONG = [
-    (count_tokens_plus_equals, "is counted once"),
-    (count_tokens_scatter, "is counted once"),
-    (count_tokens_index_put_no_accumulate, "accumulate=True"),
+    (count_tokens_plus_equals, "counted once: an indexed assignment such as out[rows, tokens] += 1 writes each"),
+    (count_tokens_scatter, "counted once: scatter_ writes each position once"),
+    (count_tokens_index_put_no_accumulate, "counted once: index_put_ without accumulate=True writes each"),
     (count_tokens_wrong_dim, "not dim 0"),
     (count_tokens_float, "return int64"),
     (count_tokens_float_ones, "torch.ones_like(tokens)"),
     (count_tokens_from_max, "got (6, 4), as wide as tokens.max() + 1"),
     (count_tokens_whole_batch, "each row keeps its own counts"),
-    (count_tokens_default_device, "create every new tensor on tokens.device"),
+    (count_tokens_default_device, "create every new tensor on tokens.device, as tokens.new_zeros(B, vocab_size)"),
     (count_tokens_offsets_in_place, "do not modify tokens in place"),
-    (count_tokens_from_empty, "not torch.empty or new_empty"),
+    (count_tokens_from_empty, "your function called new_empty(), whose new memory holds whatever was there"),
+    (count_tokens_minus_one_for_absent, "the counts must lie between 0 and the number of tokens, 24; got values "
+                                        "from -1 to 4"),
     (count_tokens_one_hot_on_cpu, "keep the work on tokens.device"),
     (count_tokens_numpy, "keep the work on tokens.device"),
     (count_tokens_bincount_on_cpu, "keep the work on tokens.device"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import numbers
 import pickle
+import re
 import tempfile
 from collections import OrderedDict
 from collections.abc import Callable
@@ -59,11 +60,45 @@ def _default_prefix(fn: Callable[..., object]) -> object:
     return None if param is None or param.default is inspect.Parameter.empty else param.default
 
 
-_HOW = N_(
-    "Remove the prefix once, and only from keys that start with it: str.replace removes it anywhere in a "
-    "key, str.lstrip / str.strip remove characters rather than a prefix, and in a regular expression the "
-    "prefix needs re.escape (a '.' matches any character)"
+_HOW = N_("Remove the prefix once, and only from keys that start with it")
+
+
+def _removed_repeatedly(key: str, prefix: str) -> str:
+    while key.startswith(prefix):
+        key = key[len(prefix):]
+    return key
+
+
+#: Ways of stripping a prefix that go wrong, each with what it does. A hint names one only when the answer's
+#: result is that way's on every key of the state dict.
+_SLIPS = (
+    (lambda key, prefix: key.replace(prefix, ""),
+     N_("str.replace removes the prefix wherever it occurs in a key, also in the middle. Remove it once, and only "
+        "from keys that start with it")),
+    (lambda key, prefix: key.lstrip(prefix),
+     N_("str.lstrip (and str.strip) remove characters, any of those in the prefix, not the prefix itself: use "
+        "key.removeprefix(prefix), or key[len(prefix):] for a key that starts with it")),
+    (lambda key, prefix: key.split(prefix)[-1],
+     N_("str.split cuts a key at every occurrence of the prefix, and [-1] keeps only the last piece. Remove the "
+        "prefix once, and only from keys that start with it")),
+    (lambda key, prefix: re.sub("^" + prefix, "", key),
+     N_("In a regular expression the prefix needs re.escape: unescaped, its '.' matches any character")),
+    (_removed_repeatedly,
+     N_("The prefix was removed as many times as it repeats at the start of a key; remove it once (a child "
+        "module may itself be called module)")),
+    (lambda key, prefix: key[len(prefix):],
+     N_("Keys that do not start with the prefix lost their first len(prefix) characters all the same: test "
+        "key.startswith(prefix) before cutting")),
 )
+
+
+def _slip(became: dict[str, str | None], prefix: str) -> str:
+    """What the answer did, where one of :data:`_SLIPS` gives its result (``became``: key -> new key) on every
+    key; else how to do it right."""
+    for way, hint in _SLIPS:
+        if all(after is None or way(before, prefix) == after for before, after in became.items()):
+            return _(hint)
+    return _(_HOW)
 
 
 def _key_hint(given: OrderedDict, out: dict, want: list[str], prefix: str, named: bool) -> str:
@@ -86,8 +121,10 @@ def _key_hint(given: OrderedDict, out: dict, want: list[str], prefix: str, named
             return hint
         return _("{hint}. Use the prefix argument rather than a hard-coded 'module.'").format(hint=hint)
 
-    for i, ((before, value), expected) in enumerate(zip(given.items(), want, strict=True)):
-        after = owner.get(id(value), got[i] if len(got) == len(given) else None)
+    became = {before: owner.get(id(value), got[i] if len(got) == len(given) else None)
+              for i, (before, value) in enumerate(given.items())}
+    for before, expected in zip(given, want, strict=True):
+        after = became[before]
         if after == expected:
             continue
         if after is None:
@@ -110,8 +147,9 @@ def _key_hint(given: OrderedDict, out: dict, want: list[str], prefix: str, named
                               "prefix can have several parts, so remove all of it (len(prefix) characters), not the "
                               "text up to the first '.'").format(
                                   prefix=repr(prefix), key=repr(before), after=repr(after), expected=repr(expected)))
+        how = _slip(became, prefix)
         return argument(_("with prefix={prefix}, the key {key} became {after}; expected {expected}. {how}").format(
-            prefix=repr(prefix), key=repr(before), after=repr(after), expected=repr(expected), how=_(_HOW)))
+            prefix=repr(prefix), key=repr(before), after=repr(after), expected=repr(expected), how=how))
     return argument(_("with prefix={prefix}, expected exactly the keys {keys}; got {actual}").format(
         prefix=repr(prefix), keys=want, actual=got))
 
@@ -320,9 +358,11 @@ _NOT_RESTORED = {
 
 
 def _expect_restored(step: object, want_step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
-                     saved: dict[str, object], later: tuple[int, dict[str, object]] | None = None) -> None:
-    """``later``: the step and state of a save made after this file's, which a value kept outside the file
-    (in a variable of the learner's program) would give instead."""
+                     saved: dict[str, object], fresh: dict[str, object], path: Path,
+                     later: tuple[int, dict[str, object]] | None = None) -> None:
+    """``saved``: the state written to ``path``; ``fresh``: the model's and optimizer's before load; ``later``: the
+    step and state of a save made after this file's, which a value kept outside the file (in a variable of the
+    learner's program) would give instead."""
     expect(
         not isinstance(step, torch.Tensor) or step.numel() != 1 or step.item() != want_step,
         _("load must return the step that save was given, the int {step}, not a tensor holding it "
@@ -342,10 +382,17 @@ def _expect_restored(step: object, want_step: int, model: nn.Module, optimizer: 
               "step in the checkpoint file itself, not in a variable of your program (a new process starts "
               "without it), so that each file gives back its own").format(value=step, step=want_step),
         )
+    adam_counts = {int(s["step"]) for s in saved["optimizer state"].values() if isinstance(s, dict) and "step" in s}
+    expect(
+        not (type(step) is int and step != want_step and step in adam_counts),
+        _("load must return the step that save was given ({step} for this one); got {value}, Adam's own count of "
+          "its updates, which the optimizer's state holds: store step itself in the checkpoint").format(
+              step=want_step, value=repr(step)),
+    )
     expect(
         type(step) is int and step == want_step,
-        _("load must return the step that save was given, stored in the checkpoint ({step} for this one), "
-          "not a constant or Adam's own step count; got {value}").format(step=want_step, value=repr(step)),
+        _("load must return the step that save was given, stored in the checkpoint ({step} for this one); got "
+          "{value}").format(step=want_step, value=repr(step)),
     )
     with learner_code(_("reading model.state_dict() and optimizer.state_dict() after load"),
                       _("restore the model and the optimizer with their own load_state_dict methods")):
@@ -361,6 +408,10 @@ def _expect_restored(step: object, want_step: int, model: nn.Module, optimizer: 
                   "your program (a new process starts without it)").format(
                       step=want_step, what=_(name), later_step=later[0]),
             )
+        if part == "buffers":
+            _expect_buffers_restored(now[part], saved[part], fresh[part], path)
+        if part == "rng":
+            _expect_rng_restored(now[part], saved[part], path)
         observed = _lr_observed(now[part], saved[part]) if part == "optimizer settings" else None
         if observed is not None:
             expect(False, _("the optimizer's settings (its param_groups: the learning rate, the betas, ...) are not "
@@ -368,6 +419,74 @@ def _expect_restored(step: object, want_step: int, model: nn.Module, optimizer: 
                             "whole optimizer.state_dict(), which holds 'param_groups' as well as 'state', and load "
                             "it with optimizer.load_state_dict(...)").format(lr=observed[0], saved_lr=observed[1]))
         expect(False, _(hint))
+
+
+def _tensors_in(path: Path) -> list[torch.Tensor]:
+    """Every tensor the checkpoint at ``path`` holds, at any depth of its dicts, lists and tuples."""
+    found, stack = [], [torch.load(path, map_location="cpu", weights_only=True)]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            found.append(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return found
+
+
+def _holds(path: Path, *values: torch.Tensor) -> bool:
+    """The file holds each of ``values`` (an equal tensor somewhere in it)."""
+    tensors = _tensors_in(path)
+    return all(any(_same(t, v) for t in tensors) for v in values)
+
+
+def _expect_buffers_restored(now: dict, saved: dict, fresh: dict, path: Path) -> None:
+    """Name what was observed about batch norm's buffers after load, where it is more than "not restored"."""
+    count = next(k for k in saved if k.endswith("num_batches_tracked"))
+    extra = int(now[count]) - int(saved[count]) if isinstance(now.get(count), torch.Tensor) else 0
+    expect(
+        extra <= 0,
+        _("after load batch norm's num_batches_tracked is {now}, {extra} more than saved: the model ran forward in "
+          "training mode after its buffers were restored, which updates the running statistics (and draws "
+          "dropout masks). Run no forward pass in load, or only in eval mode").format(
+              now=int(now[count]), extra=extra),
+    )
+    statistics = [v for k, v in saved.items() if k != count]
+    expect(
+        not (_same(now, fresh) and _holds(path, *statistics)),
+        _("the file holds the model's buffers (batch norm's running mean and variance), but load leaves the "
+          "model's as they were: restore the whole model.state_dict() with model.load_state_dict(...), which "
+          "copies the buffers as well as the parameters"),
+    )
+
+
+def _seed_of(state: torch.Tensor) -> int:
+    generator = torch.Generator()
+    generator.set_state(state)
+    return generator.initial_seed()
+
+
+def _expect_rng_restored(now: torch.Tensor, saved: torch.Tensor, path: Path) -> None:
+    """Name what was observed about torch's random state after load, where it is more than "not restored"."""
+    seed = _seed_of(now)
+    expect(
+        not torch.equal(now, torch.Generator().manual_seed(seed).get_state()),
+        _("after load torch's generator is freshly seeded (seed {seed}), as torch.manual_seed leaves it: a seed "
+          "starts the random stream over from its beginning, while the run had drawn from it. Restore the state "
+          "itself: save torch.get_rng_state() and call torch.set_rng_state(...) in load").format(seed=seed),
+    )
+    expect(
+        seed != _seed_of(saved),
+        _("torch's random state was restored, then drawn from: after load the generator has the saved state's "
+          "seed but has moved on from it, so something in load draws random numbers after torch.set_rng_state "
+          "(a random tensor, a layer's initialization, dropout in a forward pass). Restore the random state last"),
+    )
+    expect(
+        not _holds(path, saved),
+        _("the file holds torch's random state, but load does not restore it, so the batch order and the dropout "
+          "masks after resuming differ: call torch.set_rng_state(...) with it in load"),
+    )
 
 
 def _lr_observed(now: object, saved: object) -> tuple[str, str] | None:
@@ -444,10 +563,10 @@ def check_resume(save: Callable[..., object], load: Callable[..., int]) -> None:
         torch.manual_seed(1234)  # a new process: other initial weights, another random stream
         resumed = _model()
         opt2 = torch.optim.Adam(resumed.parameters(), lr=_OTHER_LR)
-        params = list(resumed.parameters())
+        params, before = list(resumed.parameters()), _snapshot(resumed, opt2)
         with learner_code(_("calling load_training_state(path, model, optimizer) on that file"), _(_LOAD_HINT)):
             step = load(path, resumed, opt2)
-        _expect_restored(step, 3, resumed, opt2, at_3)
+        _expect_restored(step, 3, resumed, opt2, at_3, before, path)
         expect(
             all(a is b for a, b in zip(resumed.parameters(), params, strict=True)),
             _("load replaced the model's Parameters with new tensors (load_state_dict(..., assign=True) does "
@@ -478,6 +597,7 @@ def check_resume(save: Callable[..., object], load: Callable[..., int]) -> None:
         torch.manual_seed(4321)
         fresh = _model()
         opt3 = torch.optim.Adam(fresh.parameters(), lr=_OTHER_LR)
+        before = _snapshot(fresh, opt3)
         with learner_code(
             _("calling load_training_state on a checkpoint written on {device}, a GPU this machine does not "
               "have").format(device=gpu),
@@ -494,13 +614,14 @@ def check_resume(save: Callable[..., object], load: Callable[..., int]) -> None:
                          "(model, optimizer, step, random state) into the one file at path, as one dict").format(
                              names=beside))
                 raise
-        _expect_restored(step, 500, fresh, opt3, at_5)
+        _expect_restored(step, 500, fresh, opt3, at_5, before, from_gpu)
 
         # The first file again, after the second was written: each file gives back its own values.
         torch.manual_seed(99)
         again = _model()
         opt4 = torch.optim.Adam(again.parameters(), lr=_OTHER_LR)
+        before = _snapshot(again, opt4)
         with learner_code(_("calling load_training_state on the file saved as step 3, again after the one saved "
                             "as step 500"), _(_LOAD_HINT)):
             step = load(path, again, opt4)
-        _expect_restored(step, 3, again, opt4, at_3, later=(500, at_5))
+        _expect_restored(step, 3, again, opt4, at_3, before, path, later=(500, at_5))

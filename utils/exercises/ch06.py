@@ -56,12 +56,22 @@ WITH_META_DEFAULT = N_(
 )
 
 
+#: Each exercise's output made where its data is, with the dtype and shape its task asks for: what a device hint
+#: suggests, so that following it meets the task's other requirements too (one-hot is float, whatever the labels).
+_MADE_ON_THE_DEVICE = {
+    "labels": "torch.zeros(N, num_classes, device=labels.device)",
+    "scores": "scores.new_zeros(B, N)",
+    "values": "values.new_zeros(num_segments, D)",
+    "tokens": "tokens.new_zeros(B, vocab_size)",
+}
+
+
 def _device_hint(name: str) -> str:
     return _(
-        "create every new tensor on {name}.device: torch.zeros(..., device={name}.device), "
-        "{name}.new_zeros(...) or torch.zeros_like({name}). A bare torch.zeros(...) or torch.arange(...) "
-        "lands on the default device (the CPU), not where the data is"
-    ).format(name=name)
+        "create every new tensor on {name}.device, as {make} does (an index: torch.arange(..., "
+        "device={name}.device)). A bare torch.zeros(...) or torch.arange(...) lands on the default device (the "
+        "CPU), not where the data is"
+    ).format(name=name, make=_MADE_ON_THE_DEVICE[name])
 
 
 def _host_hint(name: str) -> str:
@@ -136,6 +146,15 @@ class _Calls(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         self.names.add(getattr(func, "__name__", ""))
         return func(*args, **(kwargs or {}))
+
+
+#: The factories whose new memory holds whatever was there (NaN, or the largest integer, in the checks).
+_EMPTY = frozenset({"empty", "new_empty", "empty_like", "empty_strided"})
+
+
+def _called(calls: set[str], names: frozenset[str] | set[str]) -> str | None:
+    """The first of ``names`` (alphabetically) that the learner's code called, if any."""
+    return min(calls & names, default=None)
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -320,16 +339,17 @@ def check_one_hot(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
     labels = torch.tensor([2, 0, 3, 1, 3, 0, 2])
     kept = labels.clone()
     dtype_hint = _(
-        "the values written must have the output's dtype: torch.ones_like(labels) is int64 like the labels, "
-        "and scatter_ refuses to write it into a float tensor. Write a number, .scatter_(1, index, 1.0), or "
-        "ones of the output's dtype, torch.ones(N, 1, device=labels.device)"
+        "the values written must have the output's dtype: scatter_ refused values of another dtype. Write a "
+        "number, .scatter_(1, index, 1.0), or ones of the output's dtype, torch.ones(N, 1, device=labels.device) "
+        "(torch.ones_like(labels) would be int64, like the labels)"
     )
     with _Calls() as calls, learner_code(
         _("calling one_hot(labels, 4) on 7 labels"),
         _(_UNKNOWN_ERROR),
         {_INDEX_NDIM: _("the index needs as many dimensions as the output, (N, 1): labels.unsqueeze(1)"),
-         _INDEX_DTYPE: _("the index must hold integers (int64): .to(out) converts the dtype too, use "
-                         ".to(out.device) to move a tensor"),
+         _INDEX_DTYPE: _("the index must hold integers (int64), and it held another dtype: move the labels with "
+                         ".to(labels.device), which keeps their dtype (.to(out) would also convert them to the "
+                         "output's float dtype)"),
          **dict.fromkeys(_DTYPE_MISMATCH, dtype_hint),
          _LEAF_IN_PLACE: _leaf_hint("torch.zeros(N, num_classes, device=labels.device)"),
          **_index_causes(_("the labels"), "torch.zeros(N, num_classes, device=labels.device)")},
@@ -341,10 +361,13 @@ def check_one_hot(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
     expect(out.is_floating_point(),
            _("return a float tensor (losses multiply it with floats); got {dtype}").format(dtype=out.dtype))
     want = torch.nn.functional.one_hot(labels, 4).to(out.dtype)
+    empty = _called(calls.names, _EMPTY)
     expect(
         not out.isnan().any(),
-        _("start from torch.zeros, not torch.empty: scatter_ writes one position per row, and the others keep "
-          "whatever the new memory held (NaN here: the check fills new memory with NaN)"),
+        _("start from torch.zeros: your function called {function}(), whose new memory holds whatever was there "
+          "(NaN here: the check fills new memory with NaN), and scatter_ writes one position per row, so the others "
+          "keep it").format(function=empty) if empty else
+        _("the result holds NaN; row i must hold a single 1, in column labels[i], and zeros elsewhere"),
     )
     expect(
         torch.equal(out, want) or bool(out[1:].any()) or not out[0].bool().equal(want.bool().any(0)),
@@ -391,13 +414,13 @@ def check_select_scores(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     kept_scores, kept_labels = scores.clone(), labels.clone()
     leaf = scores.clone().requires_grad_()
     given = leaf * 1  # not a leaf, as a model's scores: editing it in place runs, and the check then names it
-    with learner_code(
+    with _Calls() as calls, learner_code(
         _("calling select_scores(scores, labels) with scores (2, 5, 4) and labels (2, 5)"),
         _(_UNKNOWN_ERROR),
         {_INDEX_NDIM: _("gather's index needs as many dimensions as scores: labels.unsqueeze(-1), of shape "
                         "(B, N, 1)"),
-         _INDEX_DTYPE: _("the index must hold integers: labels.to(scores) would turn them into floats, use "
-                         "labels.to(scores.device) to move them"),
+         _INDEX_DTYPE: _("the index must hold integers, and it held another dtype: labels.to(scores) would turn "
+                         "them into floats, labels.to(scores.device) moves them and keeps int64"),
          _LEAF_IN_PLACE: _leaf_hint("scores.new_zeros(B, N)", "scores"),
          **_index_causes(_("the labels"), "scores.new_zeros(B, N)")},
     ):
@@ -412,7 +435,9 @@ def check_select_scores(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
         out.is_floating_point(),
         _("out[b, n] is a score, so the result holds floating-point numbers like scores; got {dtype}. "
           "argmax gives the index of the best class, not the score of the labelled one: gather along dim=2 (or -1) "
-          "with labels.unsqueeze(-1)").format(dtype=out.dtype),
+          "with labels.unsqueeze(-1)").format(dtype=out.dtype) if "argmax" in calls.names else
+        _("out[b, n] is a score, so the result holds floating-point numbers like scores; got {dtype}: gather "
+          "along dim=2 (or -1) with labels.unsqueeze(-1)").format(dtype=out.dtype),
     )
     got = out.detach().to(want.dtype)
     if not torch.allclose(got, want):
@@ -518,6 +543,10 @@ def _one_member_kept(out: torch.Tensor, values: torch.Tensor, ids: torch.Tensor,
     )
 
 
+#: The reductions whose 'mean' counts the output's initial values unless include_self=False.
+_REDUCES = frozenset({"scatter_reduce", "scatter_reduce_", "index_reduce", "index_reduce_"})
+
+
 #: Exercise 3's data: 7 rows in 4 segments of 3, 1, 3 and 0 rows (sizes that do not divide evenly), ids out
 #: of order, means that are not whole numbers, and no member row equal to its segment's sum.
 SEGMENT_VALUES = torch.tensor(
@@ -543,9 +572,9 @@ def check_segment_mean(fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Ten
     causes = {
         **dict.fromkeys(
             _DTYPE_MISMATCH,
-            _("the values added must have the output's dtype: torch.ones_like(segment_ids) is int64 like the ids, "
-              "and scatter_add_ and index_add_ refuse to add it into float counts. Make the ones with values' "
-              "dtype: values.new_ones(N), or torch.ones_like(segment_ids, dtype=values.dtype)"),
+            _("the values added must have the output's dtype: scatter_add_ and index_add_ refused values of another "
+              "dtype. Make ones with values' dtype, values.new_ones(N) or torch.ones_like(segment_ids, "
+              "dtype=values.dtype) (torch.ones_like(segment_ids) alone is int64, like the ids)"),
         ),
         _LEAF_IN_PLACE: _leaf_hint("values.new_zeros(num_segments, D)", "values"),
         **_index_causes(_("the segment ids"), "values.new_zeros(num_segments, D)"),
@@ -558,7 +587,8 @@ def check_segment_mean(fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Ten
                                            "contiguous nor of equal size, so no reshape"),
          _INDEX_NDIM: _("index_add_ takes the 1-D ids, scatter_add_/scatter_reduce need them expanded to values' "
                         "shape (ids.unsqueeze(1).expand_as(values))"),
-         _INDEX_DTYPE: _("the index must hold integers (.to(values) makes floats of them)"),
+         _INDEX_DTYPE: _("the index must hold integers, and it held another dtype (.to(values) would make floats "
+                         "of the ids; .to(values.device) moves them and keeps int64)"),
          "must match the size of tensor b": _("two tensors' sizes do not line up (the message gives them). One way "
                                               "this happens here: torch.bincount counts only up to the largest id "
                                               "present unless given minlength=num_segments")},
@@ -575,16 +605,20 @@ def check_segment_mean(fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Ten
     expect(out.shape == (4, 4), _("4 segments of width 4 give shape (4, 4); got {shape}").format(shape=_shape(out)))
     expect(out.dtype == values.dtype,
            _("return values' dtype ({expected}); got {dtype}").format(expected=values.dtype, dtype=out.dtype))
+    empty, reduce = _called(calls.names, _EMPTY), _called(calls.names, _REDUCES)
     expect(
         not torch.isnan(out).any(),
-        _("an empty segment must give 0, not NaN: divide by the count clamped to at least 1, and start from "
-          "zeros (values.new_zeros), not torch.empty or new_empty: nothing is written to an empty segment's row, "
-          "so it keeps whatever the new memory held (the check fills new memory with NaN)"),
+        _("an empty segment must give 0, not NaN: your function called {function}(), whose new memory holds "
+          "whatever was there (the check fills it with NaN), and nothing is written to an empty segment's row. "
+          "Start from zeros (values.new_zeros)").format(function=empty) if empty else
+        _("an empty segment must give 0, not NaN: its sum is 0 and its count 0, and 0 / 0 is NaN. Divide by the "
+          "count clamped to at least 1"),
     )
     expect(
         not torch.allclose(out[:3], (want * counts / (counts + 1))[:3]),
-        _("each mean is divided by one member too many: scatter_reduce(..., 'mean') counts the initial "
-          "zeros of the output as members unless you pass include_self=False"),
+        _("each mean is divided by one member too many: {function}(..., 'mean') counts the initial zeros of the "
+          "output as members unless you pass include_self=False").format(function=reduce) if reduce else
+        _("each mean is divided by one member too many: divide each segment's sum by its number of rows"),
     )
     expect(
         not _one_member_kept(out, values, ids, counts.squeeze(1)),
@@ -667,6 +701,17 @@ def check_segment_mean(fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Ten
     _expect_on_input_device("values", fn, (values, ids, 4), out)
 
 
+def _once_writer(calls: set[str]) -> str:
+    """How the answer wrote its counts, as a hint names it: the write seen that keeps one of repeated writes."""
+    if calls & {"scatter", "scatter_"}:
+        return "scatter_"
+    if calls & {"index_put", "index_put_"}:
+        return _("index_put_ without accumulate=True")
+    if "__setitem__" in calls:
+        return _("an indexed assignment such as out[rows, tokens] += 1")
+    return _("your write")
+
+
 # --- Exercise 4 ---------------------------------------------------------------------------------------
 
 
@@ -715,17 +760,20 @@ def check_count_tokens(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
            _("6 rows and a vocabulary of 5 give shape (6, 5); got {shape}").format(shape=_shape(out)))
     expect(out.dtype == torch.int64,
            _("counts are whole numbers: return int64 (torch.long); got {dtype}").format(dtype=out.dtype))
+    empty = _called(calls.names, _EMPTY)
     expect(
         bool(((out >= 0) & (out <= tokens.numel())).all()),
-        _("the counts must lie between 0 and the number of tokens: start from zeros (tokens.new_zeros), not "
-          "torch.empty or new_empty, whose memory holds whatever was there (the check fills new memory with "
-          "the largest int64, so adding to it overflows)"),
+        _("the counts must lie between 0 and the number of tokens: your function called {function}(), whose new "
+          "memory holds whatever was there (the check fills it with the largest int64, so adding to it "
+          "overflows). Start from zeros (tokens.new_zeros)").format(function=empty) if empty else
+        _("the counts must lie between 0 and the number of tokens, {count}; got values from {low} to {high}").format(
+            count=tokens.numel(), low=int(out.min()), high=int(out.max())),
     )
     expect(
         not torch.equal(out, want.clamp(max=1)),
-        _("a token that occurs several times in a row is counted once: out[rows, tokens] += 1, scatter_ and "
-          "index_put_ without accumulate write each position once, however often it repeats. Make repeats "
-          "add up: scatter_add_, or index_put_(..., accumulate=True)"),
+        _("a token that occurs several times in a row is counted once: {way} writes each position once, however "
+          "often it repeats. Make repeats add up: scatter_add_, or index_put_(..., accumulate=True)").format(
+              way=_once_writer(calls.names)),
     )
     if not torch.equal(out, want):
         _expect_not_expanded(out, "tokens.new_zeros(B, vocab_size)")
