@@ -253,11 +253,12 @@ def check_fixed_timer(time_on_devices: Callable[..., float]) -> None:
             devices = [_cuda(0), _cuda(1), _cuda(2)]
             result, clock = _time_it(time_on_devices, gpus, cpu, step, devices, "[cuda:0, cuda:1, cuda:2]")
             expect(result >= 0.9 * step.one_call, _too_short(clock, _cuda((k + 1) % 3), result, devices))
+            bare = k and set(gpus.synced[:clock.window()[0][1]]) == {_cuda(0)}  # before the clock: cuda:0 alone
             expect(
                 result <= 1.1 * step.one_call,
                 (_("fn takes {ms} ms, and the time returned is {got} ms: 200 ms of work queued on cuda:{k} before the "
-                   "call were billed to fn. Synchronize every device in devices before starting the clock (a bare "
-                   "torch.cuda.synchronize() waits for cuda:0 only).") if k else
+                   "call were billed to fn. Synchronize every device in devices before starting the clock (it waited "
+                   "for cuda:0 only, as a bare torch.cuda.synchronize() does).") if bare else
                  _("fn takes {ms} ms, and the time returned is {got} ms: 200 ms of work queued on cuda:{k} before the "
                    "call were billed to fn. Synchronize every device in devices before starting the clock.")
                  ).format(ms=f"{step.one_call * 1e3:.1f}", got=f"{result * 1e3:.1f}", k=k),
@@ -265,13 +266,15 @@ def check_fixed_timer(time_on_devices: Callable[..., float]) -> None:
     # 3. The first call pays a one-time cost (think: CUDA context, cuBLAS handle) that is not fn's time.
     with _machine(3) as (gpus, cpu):
         step = _Step(gpus, {0: 0.010}, first_call=0.5)
-        result, _clock = _time_it(time_on_devices, gpus, cpu, step, [_cuda(0)], "[cuda:0]")
+        result, clock = _time_it(time_on_devices, gpus, cpu, step, [_cuda(0)], "[cuda:0]")
+        timed_the_first_call = clock.window()[0][0] == 0  # the clock started before fn's first call
         expect(
             result <= 1.1 * step.one_call,
             _("fn's first call pays a one-time cost of 500 ms, later calls take {ms} ms, and "
               "the time returned is {got} ms: it includes the warm-up. Call fn once before starting "
               "the clock, and do not time that call.").format(ms=f"{step.one_call * 1e3:.1f}",
-                                                               got=f"{result * 1e3:.1f}"),
+                                                               got=f"{result * 1e3:.1f}")
+            if timed_the_first_call else _too_long(clock, [_cuda(0)], result),
         )
     # 4. The CPU first or last among the devices: nothing to wait for, and CUDA must not be asked to. And one GPU
     #    that is not cuda:0, at any place in the list: a GPU is named by its index, not by its place.
@@ -381,7 +384,8 @@ def check_report(answer: Callable[[], tuple[dict[str, str], float]]) -> None:
 # --- Exercise 3 · a masked mean without a hidden synchronization ------------------------------------
 
 #: Two batches, so that an answer written for one shape (a literal 4 or 5, a squeeze that also drops a batch
-#: of one) is caught: (4, 5) with rows of two, none, all and one True entries; (1, 3) with one row.
+#: of one) is caught: (4, 5) with rows of two, none, all and one True entries; (1, 3) with one row, whose
+#: first True entry is 0 (a count of the nonzero values is not a count of the True entries).
 _CASES = (
     (torch.tensor([[1.0, -2.0, 3.0, 0.5, 4.0],
                    [2.0, 2.0, -1.0, 5.0, 1.5],
@@ -391,7 +395,7 @@ _CASES = (
                    [False, False, False, False, False],  # none: the mean is 0
                    [True, True, True, True, True],       # all
                    [False, True, False, False, False]])),  # one
-    (torch.tensor([[2.0, -1.0, 4.5]]),
+    (torch.tensor([[0.0, -1.0, 4.5]]),
      torch.tensor([[True, False, True]])),
 )
 
@@ -428,6 +432,10 @@ _NEEDS_HOST = N_(
     "needs the values on the host. On a GPU the host then waits for the device: a hidden synchronization. "
     "Keep every shape fixed and every value on the device: torch.where(mask, x, 0) or x * mask, then sums."
 )
+
+
+def _same(got: list[float], other: torch.Tensor) -> bool:
+    return all(math.isclose(g, o, abs_tol=1e-5) for g, o in zip(got, other.tolist(), strict=True))
 
 
 def _shape(t: torch.Tensor) -> str:
@@ -477,12 +485,13 @@ def check_masked_mean(masked_mean: Callable[[torch.Tensor, torch.Tensor], torch.
                   "by the count clamped to at least 1, or use torch.where, so such a row gives 0").format(
                       row=row, shape=_shape(x_ref)),
             )
-        divided_by_n = (torch.where(mask_ref, x_ref, 0.0).sum(-1) / n).tolist()
-        expect(
-            not all(math.isclose(g, d, abs_tol=1e-5) for g, d in zip(got, divided_by_n, strict=True)),
-            _("in the {shape} batch it divides every row by its length ({n}): divide by the number of True "
-              "entries in the row instead").format(shape=_shape(x_ref), n=n),
-        )
+        kept = torch.where(mask_ref, x_ref, 0.0)
+        expect(not _same(got, kept.sum(-1) / n),
+               _("in the {shape} batch it divides every row by its length ({n}): divide by the number of True "
+                 "entries in the row instead").format(shape=_shape(x_ref), n=n))
+        expect(not _same(got, kept.sum(-1) / (kept != 0).sum(-1).clamp(min=1)) or _same(got, torch.tensor(want)),
+               _("in the {shape} batch it divides by the number of nonzero values, but a True entry may hold 0: "
+                 "count the True entries of mask, mask.sum(-1)").format(shape=_shape(x_ref)))
         for row, (g, w) in enumerate(zip(got, want, strict=True)):
             expect(math.isclose(g, w, abs_tol=1e-5),
                    _("row {row} of the {shape} batch should have mean {expected}, got {got}").format(
