@@ -146,7 +146,7 @@ def test_check_torch_version_arguments():
 PATCHED = [
     (torch.accelerator, ("is_available", "current_accelerator", "device_count", "synchronize", "current_stream")),
     (torch.cuda, ("is_available", "device_count", "synchronize", "_exchange_device", "_maybe_exchange_device",
-                  "set_device", "current_device", "current_stream", "default_stream")),
+                  "set_device", "current_device", "current_stream", "default_stream", "Event")),
     (torch._C, ("_accelerator_exchangeDevice", "_accelerator_maybeExchangeDevice", "_accelerator_setDeviceIndex",
                 "_accelerator_getDeviceIndex")),
 ]
@@ -220,6 +220,33 @@ def test_fake_gpus_streams_wait_for_their_device():
             torch.cuda.current_stream("cpu")  # torch's own parsing refuses the CPU
         with pytest.raises(RuntimeError, match="invalid device ordinal 2"):
             torch.cuda.current_stream(2)
+
+
+def test_fake_gpus_events_mark_a_point_in_a_devices_queue():
+    with fake_gpus(2) as gpus:
+        gpus.launch(0, 0.200)                        # earlier work: not between the marks
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()                               # the current device's queue, cuda:0
+        gpus.host(0.001)
+        gpus.launch(0, 0.030)
+        end.record(torch.cuda.current_stream(0))
+        assert not end.query() and torch.cuda.Event().query()  # an event never recorded counts as passed
+        with pytest.raises(RuntimeError, match="must be completed"):
+            start.elapsed_time(end)
+        end.synchronize()
+        assert gpus.clock() == pytest.approx(0.230) and end.query() and gpus.synced == [torch.device("cuda", 0)]
+        assert start.elapsed_time(end) == pytest.approx(30.0)  # milliseconds, the GPU's view
+        with pytest.raises(ValueError, match="enable_timing"):
+            torch.cuda.Event().elapsed_time(end)
+        with pytest.raises(ValueError, match="recorded"):
+            start.elapsed_time(torch.cuda.Event(enable_timing=True))
+        gpus.launch(0, 0.050)
+        ready = torch.cuda.Event()
+        ready.record()
+        ready.wait(torch.cuda.current_stream(1))    # later work on cuda:1 waits for cuda:0's mark
+        gpus.launch(1, 0.010)
+        torch.cuda.synchronize(1)
+        assert gpus.clock() == pytest.approx(0.290)
 
 
 def test_fake_gpus_arguments():

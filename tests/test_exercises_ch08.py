@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from utils.checks import outcome
 from utils.exercises.ch08 import check_accumulate, check_training_bytes
@@ -113,7 +114,30 @@ def walks_children_only(model):  # one level of the tree: a bare layer has no ch
     return sum((4 if p.requires_grad else 1) * p.nbytes for p in params)
 
 
+def frozen_per_layer(model):  # a layer's weight decides for its bias too
+    total = 0
+    for m in model.modules():
+        own = list(m.parameters(recurse=False))
+        if own:
+            total += (4 if own[0].requires_grad else 1) * sum(p.nbytes for p in own)
+    return total
+
+
+def assumes_every_layer_has_a_bias(model):
+    total = 0
+    for m in model.modules():
+        if isinstance(m, (nn.Linear, nn.BatchNorm1d)):
+            for p in (m.weight, m.bias):
+                total += (4 if p.requires_grad else 1) * p.numel() * p.element_size()
+    return total
+
+
 WRONG_BYTES = [
+    (frozen_per_layer, "for the same MLP with its weights frozen and its biases trained: 264 bytes"),
+    (frozen_per_layer, "requires_grad belongs to each parameter, not to its layer"),
+    (assumes_every_layer_has_a_bias, "your function on an MLP whose layers have no bias (bias=False) raised "
+                                     "AttributeError"),
+    (assumes_every_layer_has_a_bias, "a layer built with bias=False has bias None"),
     (walks_children_only, "for a bare nn.Linear(5, 3) layer: 0 bytes"),
     (walks_children_only, "the count reads only the parameters of the model's direct children"),
     (sixteen_bytes_each, "for the same MLP with its first layer frozen: 1056 bytes"),
@@ -152,6 +176,18 @@ def test_training_bytes_rejects(wrong, hint):
 def test_training_bytes_hint_breaks_the_total_down():
     _, message = outcome(check_training_bytes, forgets_gradients)
     assert "for a float32 MLP: 792 bytes, but one Adam step holds 1056 = 264 (parameters) + 264 (gradients)" in message
+
+
+def test_the_p_grad_hint_only_where_the_answer_read_p_grad():
+    """An error on a None is blamed on p.grad only when the same call works once the gradients exist."""
+    assert "p.grad is None" in outcome(check_training_bytes, reads_the_gradients)[1]
+    assert "p.grad is None" not in outcome(check_training_bytes, assumes_every_layer_has_a_bias)[1]
+
+    def fails_otherwise(model):
+        raise TypeError("unsupported operand")
+
+    message = outcome(check_training_bytes, fails_otherwise)[1]
+    assert "raised TypeError: unsupported operand." in message and "Likely cause" not in message, message
 
 
 def test_each_trap_is_caught_on_its_own():
@@ -272,6 +308,35 @@ def detaches_the_loss(model, loss_fn, x, y, size):
         (loss_fn(model(xb), yb).detach() * len(xb) / len(x)).backward()
 
 
+def never_calls_backward(model, loss_fn, x, y, size):
+    for xb, yb in zip(x.split(size), y.split(size), strict=True):
+        loss_fn(model(xb), yb) * len(xb) / len(x)
+
+
+def zeroes_missing_gradients_first(model, loss_fn, x, y, size):
+    for p in model.parameters():
+        p.grad.zero_()  # there is no .grad yet
+    by_share(model, loss_fn, x, y, size)
+
+
+def sum_over_rows(model, loss_fn, x, y, size):  # right for one output per row
+    for xb, yb in zip(x.split(size), y.split(size), strict=True):
+        (loss_fn(model(xb), yb, reduction="sum") / len(x)).backward()
+
+
+def two_forwards_per_backward(model, loss_fn, x, y, size):
+    pieces = list(zip(x.split(size), y.split(size), strict=True))
+    for i in range(0, len(pieces), 2):
+        pair = pieces[i:i + 2]
+        sum(loss_fn(model(xb), yb) * len(xb) / len(x) for xb, yb in pair).backward()
+
+
+def first_layer_only(model, loss_fn, x, y, size):
+    first = next(model.parameters())
+    for xb, yb in zip(x.split(size), y.split(size), strict=True):
+        (loss_fn(model(xb), yb) * len(xb) / len(x)).backward(inputs=[first])
+
+
 def drops_the_last_rows(model, loss_fn, x, y, size):
     full = len(x) // size * size
     for xb, yb in zip(x[:full].split(size), y[:full].split(size), strict=True):
@@ -292,8 +357,16 @@ WRONG_ACCUMULATE = [
     (zeroes_between, "Only the last micro-batch's gradient is left"),
     (one_backward_at_the_end, "backward ran 5 time(s) after all 5 forward calls"),
     (takes_a_step, "the parameters changed. Only accumulate the gradients"),
-    (under_no_grad, "no gradient reached the parameters"),
-    (detaches_the_loss, "backward was called on a loss that autograd did not record"),
+    (under_no_grad, "no gradient reached the parameters: the model ran with autograd off (under torch.no_grad()"),
+    (never_calls_backward, "no gradient reached the parameters: backward was never called"),
+    (detaches_the_loss, "backward was called on a loss cut off from the model's graph"),
+    (zeroes_missing_gradients_first, "'NoneType' object has no attribute 'zero_'. Likely cause: the parameters "
+                                     "start without gradients"),
+    (sum_over_rows, "The gradients are 2 times the batch's, as from a loss summed over each micro-batch"),
+    (two_forwards_per_backward, "the model ran 5 times and backward reached its outputs 5 times, not once right "
+                                "after each forward"),
+    (first_layer_only, "for 10 rows in micro-batches of at most 2 (mse_loss, Sequential): no gradient reached 0.bias, "
+                       "2.weight, 2.bias"),
     (drops_the_last_rows, "the model saw 8 rows in all, but the batch has 10"),
     (scaled_by_size, "The cause is unknown"),
 ]
@@ -309,6 +382,12 @@ def test_accumulate_rejects(wrong, hint):
     verdict, message = outcome(check_accumulate, wrong)
     assert verdict == "failed"
     assert hint in message, message
+
+
+def test_accumulate_hints_name_only_what_was_seen():
+    """A loss cut off after the model is not blamed on torch.no_grad(), nor the reverse."""
+    assert "torch.no_grad()" not in outcome(check_accumulate, detaches_the_loss)[1]
+    assert ".detach()" not in outcome(check_accumulate, under_no_grad)[1]
 
 
 def test_accumulate_stub_is_not_attempted():

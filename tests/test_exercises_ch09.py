@@ -138,6 +138,17 @@ def right_accelerator_streams(fn, devices, clock=time.perf_counter):
     return warm_then_time(fn, wait, clock)
 
 
+def right_events_behind_the_work(fn, devices, clock=time.perf_counter):
+    """An event recorded behind each GPU's work, then waited for: the host is there once every GPU has passed it."""
+    def wait():
+        for d in cuda_devices(devices):
+            done = torch.cuda.Event()
+            done.record(torch.cuda.current_stream(d))
+            done.synchronize()
+
+    return warm_then_time(fn, wait, clock)
+
+
 def right_cuda_indices(fn, devices, clock=time.perf_counter):
     indices = [d.index for d in devices if d.type == "cuda"]  # each GPU's own index, wherever it is listed
 
@@ -151,7 +162,7 @@ def right_cuda_indices(fn, devices, clock=time.perf_counter):
 @pytest.mark.parametrize("answer", [right_cuda_loops, right_with_measure, right_every_visible_gpu,
                                     right_accelerator_api_median, right_average_of_ten, right_device_context,
                                     right_set_device, right_accelerator_device_index, right_current_streams,
-                                    right_accelerator_streams, right_cuda_indices])
+                                    right_accelerator_streams, right_cuda_indices, right_events_behind_the_work])
 def test_fixed_timer_accepts(answer):
     assert outcome(check_fixed_timer, answer) == ("passed", "")
 
@@ -211,6 +222,14 @@ def first_device_only(fn, devices, clock=time.perf_counter):
 
 def two_hardcoded_gpus(fn, devices, clock=time.perf_counter):
     return warm_then_time(fn, lambda: synchronize(["cuda:0", "cuda:1"]), clock)
+
+
+def bare_before_no_warm_up(fn, devices, clock=time.perf_counter):
+    torch.cuda.synchronize()  # the current device, cuda:0, only
+    start = clock()
+    fn()
+    synchronize(devices)
+    return clock() - start
 
 
 def bare_before_every_device_after(fn, devices, clock=time.perf_counter):
@@ -366,6 +385,9 @@ def skips_the_cpu_only_when_first(fn, devices, clock=time.perf_counter):
         (first_device_only, "after fn it waited for cuda:2 but not for cuda:0"),
         (two_hardcoded_gpus, "after fn it waited for cuda:0, cuda:1 but not for cuda:2"),
         (bare_before_every_device_after, "the work of the call before (a warm-up) was still queued"),
+        (bare_before_no_warm_up, "200 ms of work queued on cuda:1 before the call were billed to fn. Synchronize every "
+                                 "device in devices before starting the clock (it waited for cuda:0 only, as a bare "
+                                 "torch.cuda.synchronize() does)."),
         (stops_the_clock_before_waiting, "read the clock after synchronizing, not before"),
         (starts_the_clock_after_fn, "fn spends 3 ms on the CPU, and with devices=[cpu] the time returned is 0.0"),
         (includes_the_warm_up, "it includes the warm-up. Call fn once before starting the clock"),
@@ -641,6 +663,11 @@ def five_columns_written_in(x, mask):
     return torch.where(mask, x, 0).sum(-1) / (5 - (~mask).sum(-1)).clamp(min=1)
 
 
+def counts_nonzero_values(x, mask):
+    kept = torch.where(mask, x, 0)
+    return kept.sum(-1) / (kept != 0).sum(-1).clamp(min=1)
+
+
 def inverts_the_mask_in_place(x, mask):
     counts = mask.sum(-1).clamp(min=1)
     return x.masked_fill(mask.logical_not_(), 0).sum(-1) / counts
@@ -680,7 +707,9 @@ EX3 = "Exercise 3 · A masked mean without a hidden synchronization: not yet. "
         (keepdim_then_squeeze, "x has shape (1, 3) and the result (): the batch dim is gone: a batch of one row "
                                "still needs a result of shape (1,)"),
         (four_rows_written_in, "x has shape (1, 3) and the result (4,): one mean per row, shape (1,)"),
-        (five_columns_written_in, "row 0 of the (1, 3) batch should have mean 3.25, got 1.625"),
+        (five_columns_written_in, "row 0 of the (1, 3) batch should have mean 2.25, got 1.125"),
+        (counts_nonzero_values, "in the (1, 3) batch it divides by the number of nonzero values, but a True entry "
+                                "may hold 0: count the True entries of mask, mask.sum(-1)"),
     ],
 )
 def test_masked_mean_rejects(wrong, hint):
@@ -738,7 +767,7 @@ WRONG_MASKED_MEANS = [boolean_index_mean, row_loop_with_indexing, row_loop_with_
                       divides_by_the_length, checks_for_empty_rows_with_if, with_item, with_masked_select, with_nonzero,
                       output_on_the_default_device, moves_to_the_cpu, one_mean_for_all, in_place,
                       inverts_the_mask_in_place, integer_division, returns_a_list, keepdim_then_squeeze,
-                      four_rows_written_in, five_columns_written_in]
+                      four_rows_written_in, five_columns_written_in, counts_nonzero_values]
 
 
 def test_masked_mean_verdicts_and_hints_are_the_same_on_cpu_and_cuda(fake_cuda_check):

@@ -249,36 +249,13 @@ def test_benchmark_timer_uses_a_clock_that_synchronises_every_device(two_threads
 
 # --- CUDA events (simulated) ----------------------------------------------------------------------
 
-class FakeEvent:
-    """Records the fake device's clock; ``elapsed_time`` in milliseconds, as CUDA reports."""
-
-    gpus: FakeGPUs
-
-    def __init__(self, enable_timing: bool = False) -> None:
-        assert enable_timing
-        self.at: float | None = None
-
-    def record(self, stream=None) -> None:
-        self.at = self.gpus.busy_until[1]  # the moment the work queued so far will be done
-
-    def synchronize(self) -> None:
-        self.gpus.sync(1)
-
-    def elapsed_time(self, end: FakeEvent) -> float:
-        return (end.at - self.at) * 1000.0
-
-
 def test_events_method_reports_device_time():
-    streams = []
-    with fake_gpus(2) as gpus:
-        FakeEvent.gpus = gpus
-        with mock.patch.object(torch.cuda, "Event", FakeEvent), \
-                mock.patch.object(torch.cuda, "current_stream", lambda device=None: streams.append(device)):
-            t = measure(lambda: gpus.launch(1, 0.003), devices="cuda:1", method="events", warmup=2, repeats=4,
-                        number=5, timer=gpus.clock)
+    with fake_gpus(2) as gpus:  # the shared fake's torch.cuda.Event and current_stream
+        gpus.launch(1, 0.500)     # earlier work: events are not billed for it
+        t = measure(lambda: gpus.launch(1, 0.003), devices="cuda:1", method="events", warmup=2, repeats=4,
+                    number=5, timer=gpus.clock)
     assert t.method == "events" and t.times == pytest.approx((0.003,) * 4)
-    assert streams == [CUDA1]
-    assert CUDA1 in gpus.synced
+    assert CUDA1 in gpus.synced and CUDA0 not in gpus.synced
 
 
 def test_events_need_exactly_one_cuda_device():

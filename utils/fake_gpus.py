@@ -8,7 +8,9 @@ time), and by the test suite (device helpers, the doctor, the timing helpers).
 Inside ``with fake_gpus(2) as gpus:`` PyTorch reports two CUDA devices (``torch.accelerator`` and
 ``torch.cuda`` agree), and ``torch.cuda.synchronize`` / ``torch.accelerator.synchronize`` wait on the
 fake devices instead of real ones, and so does ``synchronize()`` on a device's ``current_stream`` or
-``default_stream`` (one work queue per device). The machine has a current device, as a real one does:
+``default_stream`` (one work queue per device), and ``torch.cuda.Event`` marks a point in a device's queue
+(``record``, ``query``, ``synchronize``, ``wait``, ``elapsed_time``: see :class:`FakeEvent`). The machine has a
+current device, as a real one does:
 ``torch.cuda.device(d)``, ``torch.cuda.set_device(d)`` and their ``torch.accelerator`` twins
 (``device_index``, ``set_device_index``) select it, ``current_device()`` reads it, and a
 ``synchronize()`` without a device waits for it. Work is modelled the way a GPU runs it: :meth:`FakeGPUs.launch`
@@ -30,7 +32,7 @@ from utils._validate import check_int, check_number
 from utils.devices import GPU_TYPES
 from utils.i18n import _
 
-__all__ = ["FakeGPUs", "fake_gpus"]
+__all__ = ["FakeEvent", "FakeGPUs", "fake_gpus"]
 
 
 class FakeGPUs:
@@ -49,7 +51,7 @@ class FakeGPUs:
         self.kind = kind
         self.now = 0.0
         self.busy_until = [0.0] * self.count
-        #: Every device a synchronize call waited for, in order.
+        #: Every device a synchronize call waited for, in order (an event's ``synchronize`` counts for its device).
         self.synced: list[torch.device] = []
         #: The current device's index (what a bare ``"cuda"`` and a bare ``synchronize()`` mean).
         self.current = 0
@@ -133,6 +135,49 @@ class _FakeStream:
         return self._gpus.idle(self.device_index)
 
 
+class FakeEvent:
+    """Stand-in for ``torch.cuda.Event`` on a fake GPU: ``record()`` puts a mark in a device's queue, which the
+    device passes once the work queued before it is done.
+
+    As CUDA's events: ``synchronize()`` waits until the mark is passed, ``query()`` says whether it is (an event
+    never recorded counts as passed), ``wait(stream)`` makes work queued later on ``stream`` wait for the mark, and
+    ``elapsed_time(end)`` is the milliseconds between two passed marks; it refuses events made without
+    ``enable_timing=True`` or never recorded (``ValueError``) and marks not yet passed (``RuntimeError``).
+    """
+
+    def __init__(self, gpus: FakeGPUs, enable_timing: bool = False, blocking: bool = False,
+                 interprocess: bool = False) -> None:
+        self._gpus, self.enable_timing = gpus, enable_timing
+        self.at: float | None = None  # when the device passes the mark (virtual seconds)
+        self.device_index: int | None = None
+
+    def record(self, stream: _FakeStream | None = None) -> None:
+        index = self._gpus.current_index() if stream is None else stream.device_index
+        self.device_index, self.at = index, max(self._gpus.now, self._gpus.busy_until[index])
+
+    def query(self) -> bool:
+        return self.at is None or self.at <= self._gpus.now
+
+    def synchronize(self) -> None:
+        if self.at is not None:
+            self._gpus.synced.append(self._gpus.device(self.device_index))
+            self._gpus.now = max(self._gpus.now, self.at)
+
+    def wait(self, stream: _FakeStream | None = None) -> None:
+        if self.at is not None:
+            index = self._gpus.current_index() if stream is None else stream.device_index
+            self._gpus.busy_until[index] = max(self._gpus.busy_until[index], self.at)
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        if not (self.enable_timing and end.enable_timing):
+            raise ValueError("Both events must be created with argument 'enable_timing=True'.")
+        if self.at is None or end.at is None:
+            raise ValueError("Both events must be recorded before calculating elapsed time.")
+        if not (self.query() and end.query()):
+            raise RuntimeError("Both events must be completed before calculating elapsed time.")
+        return (end.at - self.at) * 1000.0
+
+
 @contextlib.contextmanager
 def fake_gpus(count: int = 2, kind: str = "cuda") -> Iterator[FakeGPUs]:
     """Make PyTorch report ``count`` GPUs of ``kind`` inside the block (``count=0``: no accelerator)."""
@@ -163,6 +208,7 @@ def fake_gpus(count: int = 2, kind: str = "cuda") -> Iterator[FakeGPUs]:
             mock.patch.object(torch.cuda, "_maybe_exchange_device", gpus.exchange),
             mock.patch.object(torch.cuda, "set_device", lambda device: gpus.exchange(_cuda_index(device))),
             mock.patch.object(torch.cuda, "current_device", gpus.current_index),
+            mock.patch.object(torch.cuda, "Event", lambda *args, **kwargs: FakeEvent(gpus, *args, **kwargs)),
         ]
     with contextlib.ExitStack() as stack:
         for patch in patches:

@@ -59,7 +59,15 @@ def _likely_cause(model: nn.Module, parts: dict[str, int], got: int) -> str | No
     want = sum(parts.values())
     copies = sum((4 if p.requires_grad else 1) * p.numel() for p in unique)
     one_level = {id(p): p for child in model.children() for p in child.parameters(recurse=False)}.values()
+    layer_flag = {}  # each parameter -> requires_grad of its layer's first parameter (the weight)
+    for m in model.modules():
+        own = list(m.parameters(recurse=False))
+        for p in own:
+            layer_flag.setdefault(id(p), own[0].requires_grad)
+    per_layer = sum((4 if layer_flag[id(p)] else 1) * p.numel() * p.element_size() for p in unique)
     guesses = [  # the likelier mistake first where two give the same total
+        (per_layer, _("requires_grad belongs to each parameter, not to its layer: here every weight is frozen and "
+                      "every bias is trained, so read p.requires_grad of each parameter")),
         (4 * nbytes, _("frozen parameters (requires_grad=False) get no gradient and no Adam state")),
         (4 * copies, _("each number takes its dtype's size (p.element_size()), not always 4 bytes")),
         (
@@ -122,12 +130,18 @@ def _cases() -> dict[str, nn.Module]:
     mlp = nn.Sequential(nn.Linear(5, 7), nn.ReLU(), nn.Linear(7, 3))
     frozen = copy.deepcopy(mlp)
     frozen[0].requires_grad_(False)
+    biases_only = copy.deepcopy(mlp)
+    for layer in (biases_only[0], biases_only[2]):
+        layer.weight.requires_grad_(False)
     shared = nn.Linear(6, 6)
     tied = nn.Sequential(nn.Linear(4, 6), shared, nn.ReLU(), shared)
     normed = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.Linear(6, 2))
     return {
         N_("a float32 MLP"): mlp,
         N_("the same MLP with its first layer frozen"): frozen,
+        N_("the same MLP with its weights frozen and its biases trained"): biases_only,
+        N_("an MLP whose layers have no bias (bias=False)"): nn.Sequential(nn.Linear(5, 7, bias=False), nn.ReLU(),
+                                                                           nn.Linear(7, 3, bias=False)),
         N_("the MLP in float64"): copy.deepcopy(mlp).double(),
         N_("the MLP in bfloat16"): copy.deepcopy(mlp).to(torch.bfloat16),
         N_("a model that uses one layer twice"): tied,
@@ -138,6 +152,26 @@ def _cases() -> dict[str, nn.Module]:
         N_("an MLP nested in an nn.Sequential"): nn.Sequential(nn.Sequential(nn.Linear(5, 7), nn.ReLU()),
                                                                nn.Linear(7, 3)),
     }
+
+
+def _cause_of_error(fn: Callable[[nn.Module], int], model: nn.Module, err: Exception) -> str:
+    """Why ``fn`` raised on ``model``, where the check can see it: the same call with gradients in place works (it
+    read ``p.grad``, which is None before a backward), or a ``None`` it tripped on is a layer's missing bias."""
+    trained = copy.deepcopy(model)
+    for p in trained.parameters():
+        if p.requires_grad:
+            p.grad = torch.zeros_like(p)
+    try:
+        fn(trained)
+    except Exception:
+        pass
+    else:
+        return _("the model has not been trained, so p.grad is None: count from each parameter's numel() and "
+                 "element_size()")
+    if "NoneType" in str(err) and any(getattr(m, "bias", False) is None for m in model.modules()):
+        return _("a layer built with bias=False has bias None: count the tensors model.parameters() gives, which "
+                 "skips it")
+    return ""
 
 
 @exercise("Exercise 1 · Memory of a training step")
@@ -152,12 +186,11 @@ def check_training_bytes(fn: Callable[[nn.Module], int]) -> None:
     for label, model in _cases().items():
         parts = _measured(model)
         want = sum(parts.values())
-        with _calling(
-            _("your function on {label}").format(label=_(label)),
-            _("the model has not been trained, so p.grad is None: count from each parameter's numel() and "
-              "element_size()"),
-        ):
+        try:
             got = fn(copy.deepcopy(model))
+        except Exception as err:
+            with _calling(_("your function on {label}").format(label=_(label)), _cause_of_error(fn, model, err)):
+                raise
         expect(
             isinstance(got, numbers.Integral) and not isinstance(got, bool),
             (_("return an int (bytes); got {type} (use integer arithmetic, or int(...))") if isinstance(got, float)
@@ -210,13 +243,78 @@ def _close(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
     return all(torch.allclose(p, q, rtol=1e-4, atol=1e-6) for p, q in zip(a, b, strict=True))
 
 
-#: The error ``backward()`` raises on a loss that autograd did not record, and what causes it.
-_CUT_OFF = {
-    "does not require grad and does not have a grad_fn": N_(
-        "backward was called on a loss that autograd did not record: a loss computed under torch.no_grad(), "
-        "or from a .detach()ed tensor, has no graph to go back through"
-    ),
-}
+def _gradient_cause(grads: list[torch.Tensor], fresh: nn.Module, loss_fn: Callable, x: torch.Tensor,
+                    y: torch.Tensor, size: int) -> str:
+    """The mistake whose gradients ``grads`` are, among the common ones (the gradients of each, on a copy)."""
+    pieces = list(zip(x.split(size), y.split(size), strict=True))
+    shares = [len(xb) / len(x) for xb, _ in pieces]
+    per_row = y[0].numel()  # mse_loss's mean is over every element: rows times columns
+    causes = [
+        (_grads_of(fresh, loss_fn, pieces, [1.0] * len(pieces)),
+         _("Each micro-batch's mean loss went to backward as it is, so the gradients add up to about "
+           "{count} times the batch's: scale each loss by its share of the rows, len(xb) / len(x)").format(
+               count=len(pieces))),
+        (_grads_of(fresh, loss_fn, pieces, [1 / len(pieces)] * len(pieces)),
+         _("Each loss was divided by the number of micro-batches, but they are not all the same size here: "
+           "scale each by its share of the rows, len(xb) / len(x)")),
+        (_grads_of(fresh, loss_fn, pieces, shares, keep="last"),
+         _("Only the last micro-batch's gradient is left: gradients add up in .grad by themselves, so do not "
+           "zero them (zero_grad) between micro-batches")),
+        (_grads_of(fresh, loss_fn, [(x, y)], [float(per_row)]) if per_row > 1 else None,
+         _("The gradients are {count} times the batch's, as from a loss summed over each micro-batch and divided "
+           "by len(x): each row of y holds {count} numbers, and {loss}'s mean is over all of them. Scale each "
+           "micro-batch's mean loss by len(xb) / len(x) instead").format(count=per_row, loss=loss_fn.__name__)),
+    ]
+    return next((hint for got, hint in causes if got is not None and _close(grads, got)),
+                _("The cause is unknown: compare with loss_fn(model(x), y).backward() on a copy of the model"))
+
+
+class _Watch:
+    """What the answer does with the model, in order: each forward (its rows, and whether autograd recorded it)
+    and each backward that reaches a forward's output."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.events: list[tuple] = []  # ("forward", rows, recorded) or ("backward",)
+        self._handle = model.register_forward_hook(self._forward)
+
+    def _forward(self, module: nn.Module, args: tuple, out: object) -> None:
+        recorded = isinstance(out, torch.Tensor) and out.requires_grad
+        self.events.append(("forward", len(args[0]), recorded))
+        if recorded:
+            out.register_hook(lambda grad: self.events.append(("backward",)))
+
+    def close(self) -> None:
+        self._handle.remove()
+
+    @property
+    def rows(self) -> list[int]:
+        return [e[1] for e in self.events if e[0] == "forward"]
+
+    @property
+    def recorded(self) -> bool:
+        return any(e[0] == "forward" and e[2] for e in self.events)
+
+    @property
+    def backwards(self) -> int:
+        return sum(e[0] == "backward" for e in self.events)
+
+    def each_forward_then_its_backward(self) -> bool:
+        kinds = [e[0] for e in self.events]
+        return kinds == ["forward", "backward"] * (len(kinds) // 2)
+
+    def all_backwards_last(self) -> bool:
+        kinds = [e[0] for e in self.events]
+        return "forward" not in kinds[kinds.index("backward"):]
+
+
+#: A piece of the error ``backward()`` raises on a loss that autograd did not record.
+_NO_GRAPH = "does not require grad and does not have a grad_fn"
+_AUTOGRAD_OFF = N_("the model ran with autograd off (under torch.no_grad() or torch.inference_mode()), so no graph "
+                   "was recorded to go back through: run the forward with autograd on")
+_CUT_OFF = N_("backward was called on a loss cut off from the model's graph (.detach(), .item(), torch.tensor(...)) "
+              "after the model ran: call backward on the loss loss_fn returns")
+_NO_GRAD_YET = N_("the parameters start without gradients, so p.grad is None: backward creates them; do not clear or "
+                  "scale them before the first backward")
 
 
 @exercise("Exercise 2 · Accumulate gradients")
@@ -224,83 +322,63 @@ _CUT_OFF = {
 def check_accumulate(fn: Callable[..., None]) -> None:
     """``fn(model, loss_fn, x, y, size)``: the whole batch's gradient, from micro-batches of at most ``size`` rows.
 
-    Tried on an MLP with ``mse_loss``, a nested classifier with ``cross_entropy`` and a bare layer with
-    ``l1_loss``, with sizes that divide the batch, that do not, and that cover it in one piece.
+    Tried on an MLP with ``mse_loss`` (two outputs per row), a nested classifier with ``cross_entropy`` and a bare
+    layer with ``l1_loss``, with sizes that divide the batch, that do not, and that cover it in one piece.
     """
     cases = [(_regression, 2), (_regression, 4), (_classifier, 3), (_classifier, 7), (_bare, 4), (_bare, 3)]
     for make, size in cases:
         model, loss_fn, x, y = make()
         label = _("{rows} rows in micro-batches of at most {size} ({loss}, {model})").format(
             rows=len(x), size=size, loss=loss_fn.__name__, model=type(model).__name__)
-        before = [p.detach().clone() for p in model.parameters()]
-        events: list[object] = []
-
-        def record(module, args, out, events=events):
-            events.append(len(args[0]))
-            if isinstance(out, torch.Tensor) and out.requires_grad:
-                out.register_hook(lambda grad: events.append("backward"))
-
-        handle = model.register_forward_hook(record)
+        fresh = copy.deepcopy(model)
+        watch = _Watch(model)
         try:
-            with learner_code(_("your function on {label}").format(label=label),
-                              causes={piece: _(cause) for piece, cause in _CUT_OFF.items()}):
-                fn(model, loss_fn, x, y, size)
+            fn(model, loss_fn, x, y, size)
+        except Exception:
+            causes = {_NO_GRAPH: _(_CUT_OFF if watch.recorded else _AUTOGRAD_OFF)}
+            if not watch.backwards:  # before any backward, the None it met is most likely a p.grad
+                causes["'NoneType' object has no attribute"] = _(_NO_GRAD_YET)
+            with learner_code(_("your function on {label}").format(label=label), causes=causes):
+                raise
         finally:
-            handle.remove()
+            watch.close()
 
-        grads = [p.grad for p in model.parameters()]
+        expect(watch.recorded or not watch.rows, _("for {label}: no gradient reached the parameters: {cause}").format(
+            label=label, cause=_(_AUTOGRAD_OFF)))
+        expect(watch.backwards, _("for {label}: no gradient reached the parameters: backward was never called. Call "
+                                  "loss.backward() on each micro-batch's loss").format(label=label))
+        missing = [name for name, p in model.named_parameters() if p.grad is None]
+        expect(not missing, _("for {label}: no gradient reached {names}: every parameter needs the gradient of the "
+                              "whole batch's loss").format(label=label, names=", ".join(missing)))
         expect(
-            all(g is not None for g in grads),
-            _("for {label}: no gradient reached the parameters. Call loss.backward() on each micro-batch's loss "
-              "(outside torch.no_grad(), and not on a detached loss)").format(label=label),
-        )
-        expect(
-            all(torch.equal(p.detach(), b) for p, b in zip(model.parameters(), before, strict=True)),
+            all(torch.equal(p, q) for p, q in zip(model.parameters(), fresh.parameters(), strict=True)),
             _("for {label}: the parameters changed. Only accumulate the gradients: the optimizer steps later").format(
                 label=label),
         )
-        rows = [e for e in events if isinstance(e, int)]
+        rows = watch.rows
         expect(
-            max(rows, default=0) <= size,
+            max(rows) <= size,
             _("for {label}: the model saw {rows} rows in one call. Run it on micro-batches of at "
-              "most {size} rows: x.split({size})").format(label=label, rows=max(rows, default=0), size=size),
+              "most {size} rows: x.split({size})").format(label=label, rows=max(rows), size=size),
         )
         expect(sum(rows) == len(x),
                _("for {label}: the model saw {rows} rows in all, but the batch has {total}").format(
                    label=label, rows=sum(rows), total=len(x)))
-        calls = [e for e in events if e == "backward"]
-        interleaved = all(events[i + 1] == "backward" for i, e in enumerate(events[:-1]) if isinstance(e, int))
         expect(
-            len(calls) == len(rows) and interleaved and events[-1] == "backward",
+            watch.each_forward_then_its_backward() or not watch.all_backwards_last(),
             _("for {label}: backward ran {backward} time(s) after all {forward} forward calls. Call backward on "
               "each micro-batch's loss before the next forward: one backward on the summed losses keeps every "
               "micro-batch's activations alive, which is what accumulation avoids").format(
-                  label=label, backward=len(calls), forward=len(rows)),
+                  label=label, backward=watch.backwards, forward=len(rows)),
+        )
+        expect(
+            watch.each_forward_then_its_backward(),
+            _("for {label}: the model ran {forward} times and backward reached its outputs {backward} times, not "
+              "once right after each forward: call backward on each micro-batch's loss before the next "
+              "forward").format(label=label, backward=watch.backwards, forward=len(rows)),
         )
 
-        model_before = copy.deepcopy(model)
-        with torch.no_grad():
-            for p, b in zip(model_before.parameters(), before, strict=True):
-                p.copy_(b)
-        pieces = list(zip(x.split(size), y.split(size), strict=True))
-        shares = [len(xb) / len(x) for xb, _ in pieces]
-        want = _grads_of(model_before, loss_fn, [(x, y)], [1.0])
-        if _close(grads, want):
-            continue
-        causes = [
-            (_grads_of(model_before, loss_fn, pieces, [1.0] * len(pieces)),
-             _("Each micro-batch's mean loss went to backward as it is, so the gradients add up to about "
-               "{count} times the batch's: scale each loss by its share of the rows, len(xb) / len(x)").format(
-                   count=len(pieces))),
-            (_grads_of(model_before, loss_fn, pieces, [1 / len(pieces)] * len(pieces)),
-             _("Each loss was divided by the number of micro-batches, but they are not all the same size here: "
-               "scale each by its share of the rows, len(xb) / len(x)")),
-            (_grads_of(model_before, loss_fn, pieces, shares, keep="last"),
-             _("Only the last micro-batch's gradient is left: gradients add up in .grad by themselves, so do not "
-               "zero them (zero_grad) between micro-batches")),
-        ]
-        cause = next((hint for got, hint in causes if _close(grads, got)), None)
-        expect(False, _("for {label}: the gradients differ from the whole batch's. {cause}").format(
-            label=label,
-            cause=cause or _("The cause is unknown: compare with loss_fn(model(x), y).backward() on a copy of the "
-                             "model")))
+        grads = [p.grad for p in model.parameters()]
+        if not _close(grads, _grads_of(fresh, loss_fn, [(x, y)], [1.0])):
+            expect(False, _("for {label}: the gradients differ from the whole batch's. {cause}").format(
+                label=label, cause=_gradient_cause(grads, fresh, loss_fn, x, y, size)))

@@ -253,11 +253,12 @@ def check_fixed_timer(time_on_devices: Callable[..., float]) -> None:
             devices = [_cuda(0), _cuda(1), _cuda(2)]
             result, clock = _time_it(time_on_devices, gpus, cpu, step, devices, "[cuda:0, cuda:1, cuda:2]")
             expect(result >= 0.9 * step.one_call, _too_short(clock, _cuda((k + 1) % 3), result, devices))
+            bare = k and set(gpus.synced[:clock.window()[0][1]]) == {_cuda(0)}  # before the clock: cuda:0 alone
             expect(
                 result <= 1.1 * step.one_call,
                 (_("fn takes {ms} ms, and the time returned is {got} ms: 200 ms of work queued on cuda:{k} before the "
-                   "call were billed to fn. Synchronize every device in devices before starting the clock (a bare "
-                   "torch.cuda.synchronize() waits for cuda:0 only).") if k else
+                   "call were billed to fn. Synchronize every device in devices before starting the clock (it waited "
+                   "for cuda:0 only, as a bare torch.cuda.synchronize() does).") if bare else
                  _("fn takes {ms} ms, and the time returned is {got} ms: 200 ms of work queued on cuda:{k} before the "
                    "call were billed to fn. Synchronize every device in devices before starting the clock.")
                  ).format(ms=f"{step.one_call * 1e3:.1f}", got=f"{result * 1e3:.1f}", k=k),
@@ -265,13 +266,15 @@ def check_fixed_timer(time_on_devices: Callable[..., float]) -> None:
     # 3. The first call pays a one-time cost (think: CUDA context, cuBLAS handle) that is not fn's time.
     with _machine(3) as (gpus, cpu):
         step = _Step(gpus, {0: 0.010}, first_call=0.5)
-        result, _clock = _time_it(time_on_devices, gpus, cpu, step, [_cuda(0)], "[cuda:0]")
+        result, clock = _time_it(time_on_devices, gpus, cpu, step, [_cuda(0)], "[cuda:0]")
+        timed_the_first_call = clock.window()[0][0] == 0  # the clock started before fn's first call
         expect(
             result <= 1.1 * step.one_call,
             _("fn's first call pays a one-time cost of 500 ms, later calls take {ms} ms, and "
               "the time returned is {got} ms: it includes the warm-up. Call fn once before starting "
               "the clock, and do not time that call.").format(ms=f"{step.one_call * 1e3:.1f}",
-                                                               got=f"{result * 1e3:.1f}"),
+                                                               got=f"{result * 1e3:.1f}")
+            if timed_the_first_call else _too_long(clock, [_cuda(0)], result),
         )
     # 4. The CPU first or last among the devices: nothing to wait for, and CUDA must not be asked to. And one GPU
     #    that is not cuda:0, at any place in the list: a GPU is named by its index, not by its place.
@@ -381,7 +384,8 @@ def check_report(answer: Callable[[], tuple[dict[str, str], float]]) -> None:
 # --- Exercise 3 · a masked mean without a hidden synchronization ------------------------------------
 
 #: Two batches, so that an answer written for one shape (a literal 4 or 5, a squeeze that also drops a batch
-#: of one) is caught: (4, 5) with rows of two, none, all and one True entries; (1, 3) with one row.
+#: of one) is caught: (4, 5) with rows of two, none, all and one True entries; (1, 3) with one row, whose
+#: first True entry is 0 (a count of the nonzero values is not a count of the True entries).
 _CASES = (
     (torch.tensor([[1.0, -2.0, 3.0, 0.5, 4.0],
                    [2.0, 2.0, -1.0, 5.0, 1.5],
@@ -391,7 +395,7 @@ _CASES = (
                    [False, False, False, False, False],  # none: the mean is 0
                    [True, True, True, True, True],       # all
                    [False, True, False, False, False]])),  # one
-    (torch.tensor([[2.0, -1.0, 4.5]]),
+    (torch.tensor([[0.0, -1.0, 4.5]]),
      torch.tensor([[True, False, True]])),
 )
 
@@ -430,8 +434,61 @@ _NEEDS_HOST = N_(
 )
 
 
+def _same(got: list[float], other: torch.Tensor) -> bool:
+    return all(math.isclose(g, o, abs_tol=1e-5) for g, o in zip(got, other.tolist(), strict=True))
+
+
 def _shape(t: torch.Tensor) -> str:
     return str(tuple(t.shape))
+
+
+def _shape_cause(out: torch.Tensor, batch: int) -> str:
+    if batch == 1 and out.shape == ():
+        return _("the batch dim is gone: a batch of one row still needs a result of shape (1,)")
+    if out.shape == ():
+        return _("one number for the whole batch: reduce over the last dim only")
+    return _("one mean per row, shape ({batch},)").format(batch=batch)
+
+
+def _wrong_means(got: list[float], x_ref: torch.Tensor, mask_ref: torch.Tensor) -> str | None:
+    """The hint for means ``got`` that are not the right ones, the likeliest cause first (None: they are right)."""
+    shape, n = _shape(x_ref), x_ref.shape[-1]
+    want, kept = _reference(x_ref, mask_ref), torch.where(mask_ref, x_ref, 0.0)
+    empty = next((row for row, keep in enumerate(mask_ref.tolist()) if not any(keep) and math.isnan(got[row])), None)
+    if empty is not None:
+        return _("row {row} of the {shape} batch has no True entry and its mean came out nan (0 / 0): divide "
+                 "by the count clamped to at least 1, or use torch.where, so such a row gives 0").format(
+                     row=empty, shape=shape)
+    if _same(got, torch.tensor(want)):
+        return None
+    if _same(got, kept.sum(-1) / n):
+        return _("in the {shape} batch it divides every row by its length ({n}): divide by the number of True "
+                 "entries in the row instead").format(shape=shape, n=n)
+    if _same(got, kept.sum(-1) / (kept != 0).sum(-1).clamp(min=1)):
+        return _("in the {shape} batch it divides by the number of nonzero values, but a True entry may hold 0: "
+                 "count the True entries of mask, mask.sum(-1)").format(shape=shape)
+    row, g, w = next((row, g, w) for row, (g, w) in enumerate(zip(got, want, strict=True))
+                     if not math.isclose(g, w, abs_tol=1e-5))
+    return _("row {row} of the {shape} batch should have mean {expected}, got {got}").format(
+        row=row, shape=shape, expected=f"{w:g}", got=f"{g:g}")
+
+
+def _expect_no_sync_on_the_gpu(masked_mean: Callable, device: torch.device) -> None:
+    """On a CUDA ``device``: the synchronizations ``HostReads`` does not list, under the sync debug mode."""
+    for x_ref, mask_ref in _CASES:
+        x, mask = _place(x_ref, device), _place(mask_ref, device)
+        with learner_code(_("calling masked_mean(x, mask) on {device} under "
+                            "torch.cuda.set_sync_debug_mode('error')").format(device=device.type)), \
+                _sync_errors(device):
+            try:
+                masked_mean(x, mask)
+            except RuntimeError as err:
+                if "synchroniz" not in str(err):
+                    raise
+                expect(False, _("on the GPU, under torch.cuda.set_sync_debug_mode('error'), a call it makes "
+                                "synchronized with the host. HostReads listed none of its calls, so which one "
+                                "it was is unknown here; the error said: {error}. That call {cause}").format(
+                                    error=err, cause=_(_NEEDS_HOST)))
 
 
 @exercise("Exercise 3 · A masked mean without a hidden synchronization")
@@ -446,7 +503,6 @@ def check_masked_mean(masked_mean: Callable[[torch.Tensor, torch.Tensor], torch.
     that ``HostReads`` does not list (the cause is then unknown to the check)."""
     device = torch.device(device)
     for x_ref, mask_ref in _CASES:
-        batch, n = x_ref.shape
         x, mask = _place(x_ref, device), _place(mask_ref, device)
         with learner_code(_("calling masked_mean(x, mask) on a {shape} batch").format(shape=_shape(x_ref))):
             out = masked_mean(x, mask)
@@ -460,33 +516,12 @@ def check_masked_mean(masked_mean: Callable[[torch.Tensor, torch.Tensor], torch.
         expect(out.device == x.device,
                _("the result is on {device}, the input on {input}: keep it on x's device").format(
                    device=out.device, input=x.device))
-        if batch == 1 and out.shape == ():
-            seen = _("the batch dim is gone: a batch of one row still needs a result of shape (1,)")
-        elif out.shape == ():
-            seen = _("one number for the whole batch: reduce over the last dim only")
-        else:
-            seen = _("one mean per row, shape ({batch},)").format(batch=batch)
-        expect(out.shape == (batch,), _("x has shape {shape} and the result {result}: {cause}").format(
-            shape=_shape(x_ref), result=_shape(out), cause=seen))
+        expect(out.shape == (len(x_ref),), _("x has shape {shape} and the result {result}: {cause}").format(
+            shape=_shape(x_ref), result=_shape(out), cause=_shape_cause(out, len(x_ref))))
         expect(out.is_floating_point(), _("the means must be floating point, got {dtype}").format(dtype=out.dtype))
-        got, want = out.detach().cpu().tolist(), _reference(x_ref, mask_ref)
-        for row, keep in enumerate(mask_ref.tolist()):
-            expect(
-                any(keep) or not math.isnan(got[row]),
-                _("row {row} of the {shape} batch has no True entry and its mean came out nan (0 / 0): divide "
-                  "by the count clamped to at least 1, or use torch.where, so such a row gives 0").format(
-                      row=row, shape=_shape(x_ref)),
-            )
-        divided_by_n = (torch.where(mask_ref, x_ref, 0.0).sum(-1) / n).tolist()
-        expect(
-            not all(math.isclose(g, d, abs_tol=1e-5) for g, d in zip(got, divided_by_n, strict=True)),
-            _("in the {shape} batch it divides every row by its length ({n}): divide by the number of True "
-              "entries in the row instead").format(shape=_shape(x_ref), n=n),
-        )
-        for row, (g, w) in enumerate(zip(got, want, strict=True)):
-            expect(math.isclose(g, w, abs_tol=1e-5),
-                   _("row {row} of the {shape} batch should have mean {expected}, got {got}").format(
-                       row=row, shape=_shape(x_ref), expected=f"{w:g}", got=f"{g:g}"))
+        wrong = _wrong_means(out.detach().cpu().tolist(), x_ref, mask_ref)
+        if wrong:
+            expect(False, wrong)
     # What needs the values on the host (on a GPU, each such call waits for the device), and tensors made
     # on the default device instead of x's (on a CPU-only machine both are the CPU; on a GPU they are not).
     # Watched on CPU copies, so that the verdict and its words are the same on a CPU and on a GPU.
@@ -500,22 +535,8 @@ def check_masked_mean(masked_mean: Callable[[torch.Tensor, torch.Tensor], torch.
         expect(not made, _("it creates a tensor with {call} and no device=: that lands on the "
                            "default device (the CPU), not on x's device. Pass device=x.device, or build it from x "
                            "(torch.zeros_like, x.new_zeros)").format(call=made[0] if made else ""))
-    # On a GPU: the synchronizations HostReads does not list.
     if device.type == "cuda":
-        for x_ref, mask_ref in _CASES:
-            x, mask = _place(x_ref, device), _place(mask_ref, device)
-            with learner_code(_("calling masked_mean(x, mask) on {device} under "
-                                "torch.cuda.set_sync_debug_mode('error')").format(device=device.type)), \
-                    _sync_errors(device):
-                try:
-                    masked_mean(x, mask)
-                except RuntimeError as err:
-                    if "synchroniz" not in str(err):
-                        raise
-                    expect(False, _("on the GPU, under torch.cuda.set_sync_debug_mode('error'), a call it makes "
-                                    "synchronized with the host. HostReads listed none of its calls, so which one "
-                                    "it was is unknown here; the error said: {error}. That call {cause}").format(
-                                        error=err, cause=_(_NEEDS_HOST)))
+        _expect_no_sync_on_the_gpu(masked_mean, device)
 
 
 class _DefaultDeviceFactories(TorchFunctionMode):
