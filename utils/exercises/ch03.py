@@ -162,7 +162,10 @@ def _sequence_first(module: nn.Module) -> bool:
     takes a batch_first argument and holds such a module (nn.TransformerEncoderLayer keeps it in its attention)."""
     if getattr(module, "batch_first", None) is False:
         return True
-    takes_it = "batch_first" in inspect.signature(type(module).__init__).parameters
+    try:
+        takes_it = "batch_first" in inspect.signature(type(module).__init__).parameters
+    except (TypeError, ValueError):  # a constructor without a signature Python can read
+        return False
     return takes_it and any(getattr(m, "batch_first", None) is False for m in module.modules())
 
 
