@@ -3,6 +3,8 @@
 The reference answers live in the notebook (nbval runs them); the answers here are written differently.
 """
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -303,6 +305,44 @@ class ForwardUnderNoGrad(TiedOtherWay):
         return self.head(self.embed(tokens))
 
 
+class LSTMTransposed(nn.Module):
+    """A sequence-first LSTM used rightly: the batch goes in as (seq, batch, dim) and comes back transposed."""
+
+    def __init__(self, vocab_size, dim):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, dim)
+        self.lstm = nn.LSTM(dim, dim)
+        self.head = nn.Linear(dim, vocab_size, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, tokens):
+        h, _ = self.lstm(self.embed(tokens).transpose(0, 1))
+        return self.head(h.transpose(0, 1))
+
+
+class LSTMWithoutBatchFirst(LSTMTransposed):
+    """nn.LSTM's default layout forgotten: it runs along the batch. No .view anywhere, so the hint must not say so."""
+
+    def forward(self, tokens):
+        h, _ = self.lstm(self.embed(tokens))
+        return self.head(h)
+
+
+class BatchCentered(TiedOtherWay):
+    """Centres the embeddings over the batch: each sample's logits depend on the others."""
+
+    def forward(self, tokens):
+        h = self.embed(tokens)
+        return self.head(h - h.mean(dim=0))
+
+
+class SqueezedLogits(TiedOtherWay):
+    """.squeeze() to tidy up: a batch of one loses its batch dimension."""
+
+    def forward(self, tokens):
+        return super().forward(tokens).squeeze()
+
+
 class FixedVocabulary(nn.Module):
     """The vocabulary size of one example written out."""
 
@@ -317,7 +357,7 @@ class FixedVocabulary(nn.Module):
 
 
 @pytest.mark.parametrize("right", [TiedOtherWay, TiedByMethod, HeadOnMeta, HeadOnFlatView, SeqFirstTransposedBack,
-                                   TransformerBatchFirst, HeadPerStep, HeadPerSequence])
+                                   TransformerBatchFirst, HeadPerStep, HeadPerSequence, LSTMTransposed])
 def test_tied_lm_accepts(right):
     assert outcome(check_tied_lm, right) == ("passed", "")
 
@@ -341,13 +381,16 @@ def test_tied_lm_accepts(right):
         (FrozenShared, "the shared weight does not require grad (requires_grad_(False) froze it)"),
         (ForwardUnderNoGrad, "the logits do not require grad, so no gradient can reach the shared weight"),
         (FixedVocabulary, "the embedding of TiedLM(23, 8) must have weight shape (23, 8), got (50, 8)"),
-        (SeqFirstViewedBack, "reversing the batch must reverse the logits"),
-        (FlatSeqFirstViewedBack, "reversing the batch must reverse the logits"),
+        (SeqFirstViewedBack, "the logits are right but in the wrong places"),
+        (FlatSeqFirstViewedBack, "the logits are right but in the wrong places"),
         (PooledLogits, "shape (3, 7, 50)"),
         (HeadWithBias, "no bias"),
         (HeadInOutSwapped, "nn.Linear(dim, vocab_size, bias=False), here nn.Linear(12, 50)"),
         (ModuleListCalled, "nn.ModuleList was called like a module"),
-        (TransformerSeqFirst, "changing sample 0's tokens changed the logits of samples 1 and 2"),
+        (TransformerSeqFirst, "Your nn.TransformerEncoderLayer is sequence-first (batch_first=False)"),
+        (LSTMWithoutBatchFirst, "alone, sample 1 gets other logits than in the batch. Your nn.LSTM is sequence-first"),
+        (BatchCentered, "Something in forward mixes the samples"),
+        (SqueezedLogits, "a (1, 7) batch must give logits of shape (1, 7, 50); got (7, 50)"),
     ],
 )
 def test_tied_lm_rejects(wrong, hint):
@@ -355,6 +398,18 @@ def test_tied_lm_rejects(wrong, hint):
     assert verdict == "failed"
     assert message.startswith("Exercise 1")
     assert hint in message
+
+
+@pytest.mark.parametrize(
+    ("wrong", "cause"),
+    [
+        (LSTMWithoutBatchFirst, ".transpose(0, 1)"),   # it has no .view: the layout hint would name another cause
+        (BatchCentered, "batch_first"),                # it has no sequence-first layer
+        (SeqFirstViewedBack, "batch_first"),           # the logits are right, only misplaced
+    ],
+)
+def test_tied_lm_names_only_the_cause_it_saw(wrong, cause):
+    assert cause not in outcome(check_tied_lm, wrong)[1]
 
 
 # ---------------------------------------------------------------- Exercise 2 · count_parameters
@@ -443,11 +498,33 @@ def count_through_numpy(model):  # reads the values: a meta tensor has none
     return sum(p.detach().cpu().numpy().size for p in model.parameters() if p.requires_grad)
 
 
+def count_weights_only(model):
+    return sum(m.weight.numel() for m in model.modules() if isinstance(getattr(m, "weight", None), torch.Tensor))
+
+
+def count_weights_and_biases(model):  # reads .bias of every layer: a bias-free one has None
+    return sum(m.weight.numel() + m.bias.numel() for m in model.modules() if isinstance(m, (nn.Linear, nn.LayerNorm,
+                                                                                           nn.Embedding)))
+
+
+def count_by_len(model):  # len(p.flatten())...  written as len() of rows times the rest: a 0-dim tensor has no len
+    return sum(len(p) * (p[0].numel() if p.dim() > 1 else 1) for p in model.parameters() if p.requires_grad)
+
+
+def count_two_sizes(model):  # (rows, columns): a bias has one size
+    return sum(p.shape[0] * (p.shape[1] if p.dim() == 2 else 1) for p in model.parameters() if p.requires_grad)
+
+
+def count_math_prod(model):
+    return sum(math.prod(p.shape) for p in model.parameters() if p.requires_grad)
+
+
 def count_as_float(model):
     return float(sum(p.numel() for p in model.parameters() if p.requires_grad))
 
 
-@pytest.mark.parametrize("right", [count_trainable_flat, count_by_identity, count_with_vector, count_with_numpy])
+@pytest.mark.parametrize("right", [count_trainable_flat, count_by_identity, count_with_vector, count_with_numpy,
+                                   count_math_prod])
 def test_count_accepts(right):
     assert outcome(check_count_parameters, right) == ("passed", "")
 
@@ -455,21 +532,26 @@ def test_count_accepts(right):
 @pytest.mark.parametrize(
     ("wrong", "hint"),
     [
-        (count_from_state_dict, "a layer used twice has its 12 parameters once"),
-        (count_with_duplicates, "a layer used twice has its 12 parameters once"),
+        (count_from_state_dict, "for a layer used twice expected 12 (one Linear(3, 3), once), got 24: a shared "
+         "tensor was counted under each of its names"),
+        (count_with_duplicates, "got 24: a shared tensor was counted under each of its names"),
         (count_as_tensor, "return an int, got Tensor"),
-        (count_tensors, "count numbers (p.numel()), not tensors"),
-        (count_with_buffers, "running statistics are buffers"),
-        (count_unique_shapes, "never by shape or by value"),
-        (count_unique_values, "never by shape or by value"),
+        (count_tensors, "for nn.Linear(3, 2) expected 8 (3*2 weights and 2 biases), got 2: the tensors were counted"),
+        (count_weights_only, "for nn.Linear(3, 2) expected 8 (3*2 weights and 2 biases), got 6: only the weights"),
+        (count_weights_and_biases, "a layer built with bias=False has bias None"),
+        (count_by_len, "a 0-dim parameter (one number, such as a temperature) has no len()"),
+        (count_two_sizes, "a parameter has fewer sizes than the code reads"),
+        (count_with_buffers, "the buffers (BatchNorm's running statistics) were counted"),
+        (count_unique_shapes, "got 20: tensors of equal shape were counted once"),
+        (count_unique_values, "got 28: tensors with equal values were counted once"),
         (count_unique_data_ptr, "every data_ptr() is 0"),
-        (count_including_frozen, "a frozen layer (requires_grad=False) does not"),
+        (count_including_frozen, "frozen parameters (requires_grad=False) were counted"),
         (count_as_float, "return an int, got float"),
         (count_through_numpy, "Likely cause: on the meta device tensors have shapes but no data"),
         (count_children_only, "for nn.Linear(3, 2), a bare layer without submodules, expected 8, got 0: the layer's "
          "own parameters were not counted"),
-        (count_one_level, "for a nested network, Sequential(Sequential(Linear(2, 3), ReLU()), Linear(3, 1)) expected "
-         "13, got 4: parameters sit at every depth"),
+        (count_one_level, "for a nested network, Sequential(Sequential(Linear(2, 3), ReLU()), Linear(3, 2)) expected "
+         "17 (9 + 8, at two depths), got 8: only the parameters of the model and of its children were counted"),
         (count_with_grad, "Filter on p.requires_grad, not on p.grad"),
     ],
 )
@@ -478,6 +560,20 @@ def test_count_rejects(wrong, hint):
     assert verdict == "failed"
     assert message.startswith("Exercise 2")
     assert hint in message
+
+
+@pytest.mark.parametrize(
+    ("wrong", "cause"),
+    [
+        (count_weights_only, "not the numbers in them"),   # it counts numbers, of the weights only
+        (count_tensors, "only the weights"),
+        (count_including_frozen, "state_dict()"),          # it never reads state_dict(): frozen weights counted
+        (count_unique_values, "equal shape"),
+        (count_one_level, "the tensors were counted"),     # 8 numbers, where the nested network has 4 tensors
+    ],
+)
+def test_count_names_only_the_cause_it_saw(wrong, cause):
+    assert cause not in outcome(check_count_parameters, wrong)[1]
 
 
 # ---------------------------------------------------------------- Exercise 3 · load_checked
@@ -608,6 +704,26 @@ def load_checked_no_names(model, state_dict):
 def load_checked_assign(model, state_dict):
     load_checked_keep_vars(model, {k: v for k, v in state_dict.items()})
     model.load_state_dict(state_dict, assign=True)
+
+
+def load_checked_then_cloned_in(model, state_dict):
+    """Checks rightly, then puts a clone of every entry into the model: a new Parameter, with its own memory, per
+    name."""
+    load_checked_keep_vars(model, state_dict)
+    model.load_state_dict({k: v.clone() for k, v in state_dict.items()}, assign=True)
+
+
+def load_checked_by_hand(model, state_dict):
+    """Checks rightly, then copies each entry into the model's tensor: a key the checkpoint lacks goes unnoticed."""
+    groups = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(p), []).append(name)
+    if _disagreeing(groups.values(), state_dict):
+        raise ValueError(f"untied checkpoint for tied parameters {_disagreeing(groups.values(), state_dict)}")
+    own = model.state_dict()
+    with torch.no_grad():
+        for key, value in state_dict.items():
+            own[key].copy_(value)
 
 
 def load_checked_allclose(model, state_dict):  # "equal" up to a tolerance: one of two near values is lost
@@ -757,8 +873,10 @@ def test_load_checked_accepts(right):
     ("wrong", "hint"),
     [
         (load_plain, "loaded without complaint"),
-        (load_checked_default_names, "remove_duplicate=False"),
+        (load_checked_default_names, "Your load_checked walked model.named_parameters(), which lists a shared "
+         "Parameter once"),
         (load_checked_by_shape, "a tied checkpoint (embed.weight equal to head.weight) was refused"),
+        (load_checked_by_shape, "norm.weight and norm.bias have equal shapes but are two Parameters"),
         (load_checked_by_value, "Equal values or shapes are not a tie"),
         (load_checked_fixed_names, "raised KeyError"),
         (load_checked_fixed_names_guarded, "for a Sequential that uses one Linear twice was loaded"),
@@ -766,12 +884,15 @@ def test_load_checked_accepts(right):
         (load_checked_assert, "raise ValueError (not assert, not RuntimeError)"),
         (load_checked_same_storage, "equal but stored separately was refused"),
         (load_checked_no_names, "must name the keys that disagree"),
-        (load_checked_assign, "the model lost its tie"),
-        (load_checked_allclose, "torch.allclose (and isclose) call such values equal"),
+        (load_checked_assign, "the model lost its tie: head.weight and embed.weight are now two Parameters over one "
+         "memory, as load_state_dict(..., assign=True) leaves a tied checkpoint"),
+        (load_checked_then_cloned_in, "head.weight and embed.weight are now two Parameters with two memories"),
+        (load_checked_by_hand, "a checkpoint without norm.bias was loaded without complaint"),
+        (load_checked_allclose, "Values that differ this little passed as equal: a comparison with a tolerance"),
         (load_checked_if_tensors_differ, "Compare whole tensors with torch.equal(a, b)"),
         (load_checked_last_pair, "A Parameter can have more than two names"),
         (load_checked_first_two, "A Parameter can have more than two names"),
-        (load_checked_not_strict, "do not pass strict=False"),
+        (load_checked_not_strict, "your load_checked passed strict=False"),
         (load_checked_by_checkpoint_keys, "model.get_parameter raises on a buffer's name"),
         (load_checked_children_only, "The tie sits two levels down: walk every module at every depth"),
         (load_checked_only_the_others, "the ValueError must name the keys that disagree (embed.weight, head.weight); "
@@ -783,6 +904,21 @@ def test_load_checked_rejects(wrong, hint):
     assert verdict == "failed"
     assert message.startswith("Exercise 3")
     assert hint in message
+
+
+@pytest.mark.parametrize(
+    ("wrong", "cause"),
+    [
+        (load_plain, "named_parameters()"),             # it walks nothing
+        (load_checked_by_hand, "strict=False"),         # it never passes strict=False
+        (load_checked_then_cloned_in, "one memory"),    # its two Parameters have two memories
+        (load_checked_assign, "two memories"),
+        (load_checked_same_storage, "equal shapes"),    # it compares storage, not shapes
+        (load_checked_fixed_names, "ValueError (not assert"),   # a KeyError is no refusal of another type
+    ],
+)
+def test_load_checked_names_only_the_cause_it_saw(wrong, cause):
+    assert cause not in outcome(check_load_checked, wrong)[1]
 
 
 # ---------------------------------------------------------------- stubs

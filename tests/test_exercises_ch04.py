@@ -199,6 +199,24 @@ class IdentityDirection(_Reference):
             self.direction.copy_(torch.eye(out_features, in_features))
 
 
+class InputDetached(_Reference):
+    """Right values and parameter gradients, but the input is cut out of autograd: nothing before it trains."""
+
+    def forward(self, x):
+        return x.detach() @ self.weight().T + self.bias
+
+
+class WeightNormScalarEps(_Reference):
+    """A 0-dim tensor kept as a plain attribute: .to() leaves it on the CPU, where GPU kernels take it as a number."""
+
+    def __init__(self, in_features, out_features):
+        super().__init__(in_features, out_features)
+        self.eps = torch.tensor(1e-12)
+
+    def weight(self):
+        return self.scale[:, None] * self.direction / (self.direction.norm(dim=1, keepdim=True) + self.eps)
+
+
 class WeightNormIndexedNorms(_WeightNormBase):
     """A CPU index tensor made without device=: CUDA indexing accepts it."""
 
@@ -209,7 +227,7 @@ class WeightNormIndexedNorms(_WeightNormBase):
 
 
 @pytest.mark.parametrize("right", [WeightNormNormalize, WeightNormVectorNorm, WeightNormEinsum, WeightNormNumberTensor,
-                                   WeightNormIndexedNorms])
+                                   WeightNormIndexedNorms, WeightNormScalarEps])
 def test_weight_norm_accepts(right):
     assert outcome(check_weight_norm_linear, right) == ("passed", "")
 
@@ -229,7 +247,8 @@ def test_weight_norm_accepts(right):
         (MisspelledForward, "check the spelling of `def forward"),
         (EpsMadeOnCPU, "a tensor made without device= was not where x is"),
         (CastsToFloat32, "a float64 input must give a float64 output"),
-        (EpsAsPlainAttribute, "a tensor kept as a plain attribute (self.eps = torch.full(...)) stays where it was"),
+        (EpsAsPlainAttribute, "self.eps is a tensor kept as a plain attribute: .to() leaves it where it was made"),
+        (InputDetached, "no gradient reached the input: forward cut x out of autograd"),
         (FlattensToRows, "calling your layer on one input of shape (5,), without a batch dimension raised"),
         (NormWithoutKeepdim, "without keepdim they are (out,) and divide the columns"),
         (ZeroDirection, "a row of zeros has no direction"),
@@ -669,6 +688,99 @@ class EvalDetachedWeight(_Norm1d):
         return h * weight + self.bias
 
 
+class _GivenInit(nn.Module):
+    """The exercise's given __init__: a learner writes reset_parameters() and forward()."""
+
+    def __init__(self, num_features, momentum=0.1, eps=1e-5, device=None, dtype=None):
+        super().__init__()
+        factory = {"device": device, "dtype": dtype}
+        self.num_features, self.momentum, self.eps = num_features, momentum, eps
+        self.weight = nn.Parameter(torch.empty(num_features, **factory))
+        self.bias = nn.Parameter(torch.empty(num_features, **factory))
+        self.register_buffer("running_mean", torch.empty(num_features, **factory))
+        self.register_buffer("running_var", torch.empty(num_features, **factory))
+        self.reset_parameters()
+
+
+class Norm1dOnGivenInit(_GivenInit):
+    """A right answer on the given __init__: the four fills from a table, the statistics from var_mean."""
+
+    def reset_parameters(self):
+        with torch.no_grad():
+            for tensor, value in ((self.weight, 1.0), (self.bias, 0.0), (self.running_mean, 0.0),
+                                  (self.running_var, 1.0)):
+                tensor.fill_(value)
+
+    def forward(self, x):
+        if not self.training:
+            return (x - self.running_mean) / (self.running_var + self.eps).sqrt() * self.weight + self.bias
+        var, mean = torch.var_mean(x, dim=0, correction=0)
+        with torch.no_grad():
+            self.running_mean.mul_(1 - self.momentum).add_(mean, alpha=self.momentum)
+            self.running_var.mul_(1 - self.momentum).add_(x.var(dim=0), alpha=self.momentum)
+        return (x - mean) / (var + self.eps).sqrt() * self.weight + self.bias
+
+
+class ResetWithNewCpuTensors(Norm1dOnGivenInit):
+    """The learner's case: __init__ right, reset_parameters() assigns new tensors, made on the default device."""
+
+    def reset_parameters(self):
+        with torch.no_grad():
+            self.weight.fill_(1.0)
+            self.bias.zero_()
+        self.running_mean = torch.zeros(self.num_features)      # still a buffer, but a new CPU tensor
+        self.running_var = torch.ones(self.num_features)
+
+
+class ResetThroughData(Norm1dOnGivenInit):
+    """The same objects, given new memory on the default device through .data."""
+
+    def reset_parameters(self):
+        self.weight.data = torch.ones(self.num_features)
+        self.bias.data = torch.zeros(self.num_features)
+        self.running_mean.data = torch.zeros(self.num_features)
+        self.running_var.data = torch.ones(self.num_features)
+
+
+class UpdateOutsideTraining(Norm1dOnGivenInit):
+    """The running statistics updated in both modes: in eval() mode they should stay as they are."""
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.running_mean.lerp_(x.mean(dim=0), self.momentum)
+            self.running_var.lerp_(x.var(dim=0), self.momentum)
+        if self.training:
+            mean, var = x.mean(dim=0), x.var(dim=0, correction=0)
+        else:
+            mean, var = self.running_mean, self.running_var
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+class InputDetachedInEval(Norm1dOnGivenInit):
+    """Nothing to learn from the input in eval() mode, or so it seems: x.detach() there."""
+
+    def forward(self, x):
+        return super().forward(x if self.training else x.detach())
+
+
+class NoAffine(Norm1dOnGivenInit):
+    def forward(self, x):
+        mean = x.mean(dim=0) if self.training else self.running_mean
+        return (super().forward(x) - self.bias) / self.weight if self.training else (x - mean) / torch.sqrt(
+            self.running_var + self.eps)
+
+
+class EpsOutsideSqrt(Norm1dOnGivenInit):
+    def forward(self, x):
+        if not self.training:
+            return super().forward(x)
+        var, mean = torch.var_mean(x, dim=0, correction=0)
+        with torch.no_grad():
+            self.running_mean.lerp_(mean, self.momentum)
+            self.running_var.lerp_(x.var(dim=0), self.momentum)
+        return (x - mean) / (var.sqrt() + self.eps) * self.weight + self.bias
+
+
 def test_the_base_of_the_wrong_answers_is_right():
     assert outcome(check_norm1d, _Norm1d) == ("passed", "")
 
@@ -708,7 +820,7 @@ class ResetByClassName(Norm1dFunctional):
 
 
 @pytest.mark.parametrize("right", [Norm1dFromBatchNorm, Norm1dFunctional, Norm1dByHand, Norm1dEpsAsTensor,
-                                   ResetByClassName])
+                                   ResetByClassName, Norm1dOnGivenInit])
 def test_norm1d_accepts(right):
     assert outcome(check_norm1d, right) == ("passed", "")
 
@@ -716,29 +828,39 @@ def test_norm1d_accepts(right):
 @pytest.mark.parametrize(
     ("wrong", "hint"),
     [
-        (IgnoresDevice, "device='meta') created ['weight', 'bias', 'running_mean', 'running_var'] on another"),
-        (IgnoresDtype, "dtype=torch.float64) created ['weight', 'bias', 'running_mean', 'running_var'] in another"),
+        (IgnoresDevice, "device='meta') created ['weight', 'bias', 'running_mean', 'running_var'] elsewhere in "
+         "__init__"),
+        (IgnoresDtype, "dtype=torch.float64) created ['weight', 'bias', 'running_mean', 'running_var'] elsewhere in "
+         "__init__"),
         (NoFactoryKeywords, "unexpected keyword argument 'device'"),
         (PlainTensorStatistics, "['running_mean', 'running_var'] must be buffers"),
         (StatisticsAsParameters, "register exactly two parameters"),
-        (NewParametersOnReset, "replaced ['weight', 'bias'] by new objects"),
-        (NewBuffersOnReset, "replaced ['running_mean', 'running_var'] by new objects"),
+        (NewParametersOnReset, "reset_parameters() replaced ['weight', 'bias'] by new tensors. Fill the tensors"),
+        (NewBuffersOnReset, "reset_parameters() replaced ['running_mean', 'running_var'] by new tensors"),
+        (ResetWithNewCpuTensors, "Norm1d(4, device='meta'): reset_parameters() replaced ['running_mean', "
+         "'running_var'] by new tensors (made on cpu, torch.float32)"),
+        (ResetThroughData, "Likely cause: reset_parameters() assigned .data = a tensor made elsewhere"),
+        (UpdateOutsideTraining, "in eval() mode your forward changed the running statistics: update them only in "
+         "training mode"),
+        (InputDetachedInEval, "in eval() mode no gradient reached the input: forward cut x out of autograd"),
+        (NoAffine, "the output is normalized but not scaled and shifted"),
+        (EpsOutsideSqrt, "eps was added outside the square root"),
         (ResetsOnlyTheAffine, "['running_mean', 'running_var'] still hold leftover values"),
         (NoResetMethod, "define a method reset_parameters()"),
         (ResetWithoutNoGrad, "edited in place while autograd records: fill it with nn.init"),
-        (EmptyWithoutReset, "call it at the end of __init__"),
-        (StartsRightWithoutReset, "__init__ never calls self.reset_parameters()"),
+        (EmptyWithoutReset, "__init__ must end by calling self.reset_parameters()"),
+        (StartsRightWithoutReset, "__init__ must end by calling self.reset_parameters()"),
         (KerasMomentum, "keep the defaults the task gives, momentum=0.1 and eps=1e-5"),
         (KerasEpsilon, "keep the defaults the task gives, momentum=0.1 and eps=1e-5"),
         (SmallerEpsilon, "keep the defaults the task gives, momentum=0.1 and eps=1e-5"),
-        (NormalisesWithUnbiasedVariance, "biased variance"),
-        (BiasedRunningVariance, "the variance with correction=1"),
-        (MomentumTheOtherWay, "(1 - momentum) * running + momentum * batch value"),
+        (NormalisesWithUnbiasedVariance, "normalized with the batch's unbiased variance (correction=1)"),
+        (BiasedRunningVariance, "running_var was updated with the batch's biased variance"),
+        (MomentumTheOtherWay, "the running statistics moved by 1 - momentum"),
         (UpdateWithoutNoGrad, "update the running statistics under torch.no_grad()"),
         (DetachedStatistics, "the gradient with respect to the input is wrong"),
         (DataInForward, "no gradient reached 'weight'"),
-        (BatchStatisticsInEval, "not the batch's statistics"),
-        (NoEpsInEval, "with eps inside the square root as in training"),
+        (BatchStatisticsInEval, "in eval() mode your layer normalized with the batch's own statistics"),
+        (NoEpsInEval, "in eval() mode eps is missing"),
         (EpsMadeOnCPU, "a tensor made without device= was not where x is"),
         (StatisticsWithKeepdim, "keepdim=True gives (1, num_features)"),
         (EvalUnderNoGrad, "in eval() mode your layer's output has no gradient history"),
@@ -752,7 +874,24 @@ def test_norm1d_rejects(wrong, hint):
     assert verdict == "failed"
     assert message.startswith("Exercise 3")
     assert hint in message
-    assert vars(wrong).get("reset_parameters") is patched     # the check counted the calls, then put it back
+    assert vars(wrong).get("reset_parameters") is patched     # the check watched the calls, then put it back
+
+
+@pytest.mark.parametrize(
+    ("wrong", "cause"),
+    [
+        (ResetWithNewCpuTensors, "elsewhere in __init__"),        # the issue's case: __init__ was right
+        (ResetWithNewCpuTensors, "pass them to every tensor"),
+        (ResetThroughData, "elsewhere in __init__"),
+        (IgnoresDevice, "reset_parameters() replaced"),           # there __init__ is the cause
+        (UpdateOutsideTraining, "not the batch's statistics"),    # it normalizes with the running statistics
+        (UpdateOutsideTraining, "batch's own statistics"),
+        (BatchStatisticsInEval, "eps is missing"),
+        (NoEpsInEval, "batch's own statistics"),
+    ],
+)
+def test_norm1d_names_only_the_cause_it_saw(wrong, cause):
+    assert cause not in outcome(check_norm1d, wrong)[1]
 
 
 # ---------------------------------------------------------------- stubs
@@ -777,9 +916,28 @@ class Norm1dStub(nn.Module):
         raise NotImplementedError("your code here")
 
 
+class Norm1dNotebookStub(_GivenInit):
+    """The notebook's stub: __init__ given, the two methods still to write."""
+
+    def reset_parameters(self):
+        raise NotImplementedError("your code here")
+
+    def forward(self, x):
+        raise NotImplementedError("your code here")
+
+
+class Norm1dHalfDone(Norm1dOnGivenInit):
+    """reset_parameters() written, forward() still the stub's."""
+
+    def forward(self, x):
+        raise NotImplementedError("your code here")
+
+
 @pytest.mark.parametrize(("check", "stub"), [(check_weight_norm_linear, WeightNormStub),
                                              (check_half_fourier, HalfFourierStub),
-                                             (check_norm1d, Norm1dStub)])
+                                             (check_norm1d, Norm1dStub),
+                                             (check_norm1d, Norm1dNotebookStub),
+                                             (check_norm1d, Norm1dHalfDone)])
 def test_stubs_are_not_attempted_yet(check, stub):
     assert outcome(check, stub) == ("not attempted", "")
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import inspect
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 from torch import nn
@@ -133,9 +135,9 @@ def _check_tied_lm_once(cls: type[nn.Module], vocab: int, dim: int, seed: int) -
              "torch.no_grad() around self.embed(tokens)"))
 
     model.eval()
-    with torch.no_grad(), learner_code(_("calling the model in eval mode on the batch, then on it in reverse order"),
-                                       _("the error is in your forward")):
-        ahead, reversed_ = model(tokens), model(tokens.flip(0))
+    forward_hint = _("the error is in your forward")
+    with torch.no_grad(), learner_code(_("calling the model in eval mode on the batch"), forward_hint):
+        together = model(tokens)
     # The head may run once or many times (per step, per sample), on any view of its input: if each of its
     # outputs is shifted by `delta` (one exact value per vocabulary entry), every logit must shift by it.
     delta = torch.arange(vocab, dtype=torch.float32) / 8 + 1
@@ -146,28 +148,59 @@ def _check_tied_lm_once(cls: type[nn.Module], vocab: int, dim: int, seed: int) -
             shifted = model(tokens)
     finally:
         handle.remove()
-    expect(isinstance(ahead, torch.Tensor) and ahead.shape == logits.shape and ahead.is_floating_point()
-           and isinstance(shifted, torch.Tensor) and shifted.shape == ahead.shape and shifted.dtype == ahead.dtype
-           and torch.allclose((shifted - ahead).float(), delta.expand(ahead.shape), atol=1e-4),
+    expect(isinstance(together, torch.Tensor) and together.shape == logits.shape and together.is_floating_point()
+           and isinstance(shifted, torch.Tensor) and shifted.shape == together.shape
+           and shifted.dtype == together.dtype
+           and torch.allclose((shifted - together).float(), delta.expand(together.shape), atol=1e-4),
            _("the logits must be the output of self.head: return what self.head returns (reshaped or transposed "
              "back to (batch, seq, vocab_size) if need be), not logits computed beside it or transformed after it"))
-    expect(isinstance(reversed_, torch.Tensor) and reversed_.shape == ahead.shape
-           and torch.allclose(reversed_, ahead.flip(0), atol=1e-5),
-           _("logits[b, t] must belong to tokens[b, t]: reversing the batch must reverse the logits, but here the "
-             "head's outputs come back in another order. A sequence-first (seq, batch, ...) result needs "
-             ".transpose(0, 1), not .view(batch, seq, -1)"))
-    # Attention over the batch axis passes the test above (it treats its positions alike): change one sample.
-    changed = tokens.clone()
-    changed[0] = (changed[0] + 1) % vocab
-    with torch.no_grad(), learner_code(_("calling the model in eval mode on the batch with sample 0's tokens "
-                                         "changed"), _("the error is in your forward")):
-        other = model(changed)
-    expect(isinstance(other, torch.Tensor) and other.shape == ahead.shape
-           and torch.allclose(other[1:], ahead[1:], atol=1e-5),
-           _("each sample's logits must depend on its own tokens only, but changing sample 0's tokens changed the "
-             "logits of samples 1 and 2. A body that is sequence-first by default (nn.TransformerEncoderLayer, "
-             "nn.MultiheadAttention, nn.GRU, nn.LSTM) reads a (batch, seq, dim) input's batch axis as the sequence: "
-             "build it with batch_first=True"))
+    _expect_samples_apart(model, tokens, together)
+
+
+def _sequence_first(module: nn.Module) -> bool:
+    """Whether ``module`` is built sequence-first: it has batch_first=False (nn.LSTM, nn.MultiheadAttention), or it
+    takes a batch_first argument and holds such a module (nn.TransformerEncoderLayer keeps it in its attention)."""
+    if getattr(module, "batch_first", None) is False:
+        return True
+    try:
+        takes_it = "batch_first" in inspect.signature(type(module).__init__).parameters
+    except (TypeError, ValueError):  # a constructor without a signature Python can read
+        return False
+    return takes_it and any(getattr(m, "batch_first", None) is False for m in module.modules())
+
+
+def _expect_samples_apart(model: nn.Module, tokens: torch.Tensor, together: torch.Tensor) -> None:
+    """logits[b] must be what sample b alone gets (a second configuration: batches of one). Where it is not,
+    say what was seen: the right logits in a sequence-first order, a sequence-first layer, or samples mixed."""
+    alone = []
+    for b in range(tokens.shape[0]):
+        what = _("calling the model in eval mode on sample {b} alone, a (1, {seq}) batch")
+        with torch.no_grad(), learner_code(what.format(b=b, seq=tokens.shape[1]), _("the error is in your forward")):
+            one = model(tokens[b:b + 1])
+        expect(isinstance(one, torch.Tensor) and one.shape == (1, *together.shape[1:]),
+               _("a (1, {seq}) batch must give logits of shape (1, {seq}, {vocab}); got {shape}: the batch dimension "
+                 "must stay, even when it is 1").format(seq=tokens.shape[1], vocab=together.shape[-1],
+                                                        shape=tuple(getattr(one, "shape", ())) or type(one).__name__))
+        alone.append(one)
+    alone = torch.cat(alone)
+    differs = [b for b in range(len(alone)) if not torch.allclose(together[b], alone[b], atol=1e-4)]
+    if not differs:
+        return
+    seq_first = alone.transpose(0, 1).reshape(together.shape)  # the same logits, read in (seq, batch) order
+    expect(not torch.allclose(together, seq_first, atol=1e-4),
+           _("the logits are right but in the wrong places: logits[b, t] holds the scores of another sample's "
+             "position, in (seq, batch) order. A sequence-first (seq, batch, ...) result is put back with "
+             ".transpose(0, 1); .view(batch, seq, -1) or .reshape only relabels the same order"))
+    layer = next((m for m in model.modules() if m is not model and _sequence_first(m)), None)
+    expect(layer is None,
+           _("each sample's logits depend on the other samples of the batch: alone, sample {b} gets other logits "
+             "than in the batch. Your nn.{layer} is sequence-first (batch_first=False): it reads a (batch, seq, dim) "
+             "input's batch axis as the sequence. Build it with batch_first=True").format(
+                 b=differs[0], layer=type(layer).__name__))
+    expect(False, _("each sample's logits depend on the other samples of the batch: alone, sample {b} gets other "
+                    "logits than in the batch. Something in forward mixes the samples (a mean, a normalization or "
+                    "attention over dim 0): each sample's logits must come from its own tokens only").format(
+                        b=differs[0]))
 
 
 @exercise("Exercise 1 · Tie a language model's head to its embedding")
@@ -177,60 +210,123 @@ def check_tied_lm(cls: type[nn.Module]) -> None:
 
     The tie must exist as soon as the model is built (before any forward pass), be the same
     ``Parameter`` object (not a copy, not a second Parameter on the same memory), the logits must be
-    the output of ``head``, and gradients must reach the shared weight through both uses. Tried with two
-    sizes, ``(50, 12)`` and ``(23, 8)``.
+    the output of ``head``, each sample's from its own tokens (compared with batches of one), and gradients
+    must reach the shared weight through both uses. Tried with two sizes, ``(50, 12)`` and ``(23, 8)``.
     """
     _check_tied_lm_once(cls, 50, 12, seed=0)
     _check_tied_lm_once(cls, 23, 8, seed=1)
 
 
+class _CountedLM(nn.Module):
+    """A tied language model with a BatchNorm1d: 1600 + 272 + 32 trainable numbers, and 3 buffers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(100, 16)
+        self.body = nn.Linear(16, 16)
+        self.norm = nn.BatchNorm1d(16)
+        self.head = nn.Linear(16, 100, bias=False)
+        self.head.weight = self.embed.weight
+
+
+class _Scaled(nn.Module):
+    """A bias-free layer and a 0-dim parameter: 12 + 1 numbers, one of them in a tensor without sizes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 3, bias=False)
+        self.temperature = nn.Parameter(torch.tensor(1.0))
+
+
+def _near_misses(model: nn.Module) -> list[tuple[int, str]]:
+    """What plausible wrong counts give on ``model``, each with what it shows (in order: the first match is named).
+    The hints are English messages (N_), translated where they are shown."""
+    params = list(model.parameters())
+    trainable = [p for p in params if p.requires_grad]
+    every_name = [p for _, p in model.named_parameters(remove_duplicate=False) if p.requires_grad]
+    one_level = [*model.parameters(recurse=False), *(p for c in model.children() for p in c.parameters(recurse=False))]
+    by_value: list[torch.Tensor] = []
+    for p in trainable if not any(p.is_meta for p in params) else []:
+        if not any(p.shape == q.shape and torch.equal(p, q) for q in by_value):
+            by_value.append(p)
+
+    def numbers(tensors: Iterable[torch.Tensor]) -> int:
+        return sum(t.numel() for t in tensors)
+
+    return [
+        (len(params), N_("the tensors were counted, not the numbers in them: sum p.numel() over the parameters")),
+        (numbers(p for name, p in model.named_parameters() if name.endswith("weight") and p.requires_grad),
+         N_("only the weights were counted: biases, and parameters with other names (such as a 0-dim temperature), "
+            "count too. Sum p.numel() over model.parameters()")),
+        (numbers(every_name),
+         N_("a shared tensor was counted under each of its names, as state_dict() and "
+            "named_parameters(remove_duplicate=False) list it; model.parameters() yields it once")),
+        (numbers(params), N_("frozen parameters (requires_grad=False) were counted: only trainable numbers count. "
+                             "Keep p.requires_grad")),
+        (numbers(model.state_dict().values()),
+         N_("the count came from state_dict(), which lists a shared tensor under every name and holds the buffers "
+            "too: sum p.numel() over model.parameters()")),
+        (numbers([*trainable, *model.buffers()]),
+         N_("the buffers (BatchNorm's running statistics) were counted: they are state, not parameters")),
+        (numbers({tuple(p.shape): p for p in trainable}.values()),
+         N_("tensors of equal shape were counted once, yet two layers of one shape are two sets of parameters: "
+            "deduplicate by identity, as model.parameters() does, never by shape or by value")),
+        (numbers(by_value) if by_value else -1,
+         N_("tensors with equal values were counted once, yet two layers that start equal are two sets of "
+            "parameters: deduplicate by identity, as model.parameters() does, never by shape or by value")),
+        (numbers({p.data_ptr(): p for p in trainable}.values()),
+         N_("tensors with the same data_ptr() were counted once: on the meta device every data_ptr() is 0 (there is "
+            "no memory). Deduplicate by identity: sum p.numel() over model.parameters()")),
+        (numbers(p for p in one_level if p.requires_grad),
+         N_("only the parameters of the model and of its children were counted, yet parameters sit at every depth: "
+            "model.parameters() walks the whole tree")),
+    ]
+
+
+#: Errors from counting by sizes or by attributes, with what they show.
+_COUNTING_ERRORS = {
+    "len() of a 0-d tensor": N_("a 0-dim parameter (one number, such as a temperature) has no len(): count with "
+                                "p.numel()"),
+    "tuple index out of range": N_("a parameter has fewer sizes than the code reads (a bias has one, a 0-dim "
+                                   "parameter none): count with p.numel()"),
+    "'NoneType' object has no attribute": N_("a layer built with bias=False has bias None: count what "
+                                             "model.parameters() yields instead of reading .weight and .bias"),
+    "meta tensor": N_("on the meta device tensors have shapes but no data (every data_ptr() is 0, values cannot be "
+                      "read): sum p.numel() over model.parameters(), which yields each shared tensor once"),
+}
+
+
 @exercise("Exercise 2 · Count parameters once")
 @keeps_global_rng
 def check_count_parameters(count: Callable[[nn.Module], int]) -> None:
-    """``count(model)``: the trainable numbers in ``model``, each shared tensor once, no buffers, meta too."""
+    """``count(model)``: the trainable numbers in ``model``, each shared tensor once, no buffers, meta too.
 
-    class TinyLM(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.embed = nn.Embedding(100, 16)
-            self.body = nn.Linear(16, 16)
-            self.norm = nn.BatchNorm1d(16)  # 32 parameters and 3 buffers
-            self.head = nn.Linear(16, 100, bias=False)
-            self.head.weight = self.embed.weight
-
+    Each model separates near misses: counting tensors, weights only, every name, state_dict(), buffers, frozen
+    parameters, equal shapes or values, data_ptr() (all 0 on meta), one level of the tree, a filter on p.grad."""
     shared = nn.Linear(3, 3)
     frozen = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
     frozen[0].requires_grad_(False)
-    on_meta = TinyLM().to("meta")  # built on the CPU: nn.Embedding's init on meta would import torch._dynamo
+    on_meta = _CountedLM().to("meta")  # built on the CPU: nn.Embedding's init on meta would import torch._dynamo
     on_meta.head.weight = on_meta.embed.weight  # a move to meta unties (chapter 03, section 4): tie again
-    cases = [
-        ("nn.Linear(3, 2)", nn.Linear(3, 2), 8, N_("nn.Linear(3, 2) has 3*2 weights and 2 biases: count numbers "
-         "(p.numel()), not tensors")),
-        (N_("a layer used twice"), nn.Sequential(shared, nn.ReLU(), shared), 12,
-         N_("a layer used twice has its 12 parameters once; state_dict() and named_parameters(remove_duplicate=False) "
-            "list it under both names. Sum p.numel() over model.parameters()")),
-        (N_("a nested network, Sequential(Sequential(Linear(2, 3), ReLU()), Linear(3, 1))"),
-         nn.Sequential(nn.Sequential(nn.Linear(2, 3), nn.ReLU()), nn.Linear(3, 1)), 13,
-         N_("parameters sit at every depth (9 in the inner Linear(2, 3), 4 in Linear(3, 1)): model.parameters() "
-            "walks the whole tree, a walk over children() with parameters(recurse=False) stops one level down")),
+    cases = [  # (what the model is, the model, its count, what the count is made of): English, translated below
+        ("nn.Linear(3, 2)", nn.Linear(3, 2), 8, N_("3*2 weights and 2 biases")),
+        (N_("a layer used twice"), nn.Sequential(shared, nn.ReLU(), shared), 12, N_("one Linear(3, 3), once")),
+        (N_("a nested network, Sequential(Sequential(Linear(2, 3), ReLU()), Linear(3, 2))"),
+         nn.Sequential(nn.Sequential(nn.Linear(2, 3), nn.ReLU()), nn.Linear(3, 2)), 17, N_("9 + 8, at two depths")),
+        (N_("a bias-free Linear(4, 3) with a 0-dim temperature"), _Scaled(), 13, N_("12 weights and one number")),
         (N_("two LayerNorm(4) and a Linear(4, 4)"), nn.Sequential(nn.LayerNorm(4), nn.LayerNorm(4), nn.Linear(4, 4)),
-         36,
-         N_("two LayerNorm(4) layers have equal shapes and, at first, equal values, yet they are two sets of "
-            "parameters (8 + 8 + 20 = 36): deduplicate by identity, as model.parameters() does, "
-            "never by shape or by value")),
-        (N_("a tied language model with BatchNorm"), TinyLM(), 1600 + 272 + 32,
-         N_("the tied embedding/head counts once, and BatchNorm's running statistics are buffers, not parameters")),
-        (N_("a model whose first layer is frozen"), frozen, 10,
-         N_("only trainable numbers count: a frozen layer (requires_grad=False) does not. Keep p.requires_grad")),
+         36, N_("8 + 8 + 20: two LayerNorm layers that start equal are still two")),
+        (N_("a tied language model with BatchNorm"), _CountedLM(), 1600 + 272 + 32,
+         N_("the tied matrix once, and no buffers")),
+        (N_("a model whose first layer is frozen"), frozen, 10, N_("only the trainable Linear(4, 2)")),
         (N_("the tied language model built on the meta device"), on_meta, 1600 + 272 + 32,
-         N_("on the meta device tensors have shapes but no data (every data_ptr() is 0, values cannot be read): "
-            "sum p.numel() over model.parameters(), which yields each shared tensor once")),
+         N_("the same count as with memory")),
     ]
-    for label_en, model, expected, why_en in cases:
-        label, why = _(label_en), _(why_en)  # the table holds the English messages (N_): shown translated
-        on_meta = {"meta tensor": why} if "meta device" in label_en else None  # an error that reads a meta tensor
+    for label_en, model, expected, made_of in cases:
+        label = _(label_en)
         with learner_code(_("calling count_parameters on {model}").format(model=label),
-                          _("not known from here: the error is in your count_parameters"), causes=on_meta):
+                          _("not known from here: the error is in your count_parameters"),
+                          causes={piece: _(cause) for piece, cause in _COUNTING_ERRORS.items()}):
             got = count(model)
         expect(isinstance(got, numbers.Integral) and not isinstance(got, bool),
                _("return an int, got {type} (for {model}); wrap a tensor or float in int(...)").format(
@@ -251,8 +347,13 @@ def check_count_parameters(count: Callable[[nn.Module], int]) -> None:
                      "parameters were not counted. A walk over children() (or named_children()) finds nothing in a "
                      "bare layer; model.parameters() yields the model's own parameters and every submodule's").format(
                          model=label, expected=expected))
-        expect(got == expected, _("for {model} expected {expected}, got {count}: {cause}").format(
-            model=label, expected=expected, count=got, cause=why))
+        cause = next((why for near, why in _near_misses(model) if near == got != expected), None)
+        if cause is not None:
+            expect(False, _("for {model} expected {expected} ({made_of}), got {count}: {cause}").format(
+                model=label, expected=expected, made_of=_(made_of), count=got, cause=_(cause)))
+        expect(got == expected, _("for {model} expected {expected} ({made_of}), got {count}: sum p.numel() over "
+                                  "model.parameters(), keeping p.requires_grad").format(
+                                      model=label, expected=expected, made_of=_(made_of), count=got))
 
 
 class _TinyLM(nn.Module):
@@ -299,6 +400,25 @@ def _holds(model: nn.Module, state: dict[str, torch.Tensor]) -> bool:
     return now.keys() == state.keys() and all(torch.equal(now[k], v) for k, v in state.items())
 
 
+@contextlib.contextmanager
+def _calls(model: nn.Module, method: str) -> Iterator[list[dict[str, object]]]:
+    """Record every call of ``model.<method>`` with all its arguments, defaults included (on this instance only)."""
+    real = getattr(model, method)
+    signature, calls = inspect.signature(real), []
+
+    def watched(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        calls.append(dict(bound.arguments))
+        return real(*args, **kwargs)
+
+    object.__setattr__(model, method, watched)
+    try:
+        yield calls
+    finally:
+        del model.__dict__[method]
+
+
 @exercise("Exercise 3 · Refuse an untied checkpoint")
 @keeps_global_rng
 def check_load_checked(load: Callable[[nn.Module, dict], object]) -> None:
@@ -337,14 +457,24 @@ def check_load_checked(load: Callable[[nn.Module, dict], object]) -> None:
         try:
             load(model, tied_file)
         except ValueError as err:
-            expect(False, _("a tied checkpoint (embed.weight equal to head.weight) was refused ({error}). Only names "
-                            "that share one Parameter must agree: a tie is an identity, not equal shapes. "
-                            "Find the names that share one Parameter by identity, e.g. group "
-                            "model.named_parameters(remove_duplicate=False) by id(p)").format(error=err))
+            by_shape = "norm.weight" in str(err) and "norm.bias" in str(err)  # untied, equal shapes, unequal values
+            expect(not by_shape, _("a tied checkpoint (embed.weight equal to head.weight) was refused ({error}): "
+                                   "norm.weight and norm.bias have equal shapes but are two Parameters. A tie is an "
+                                   "identity, not equal shapes: {advice}").format(error=err, advice=id_hint))
+            expect(False, _("a tied checkpoint (embed.weight equal to head.weight) was refused ({error}): its names "
+                            "that share one Parameter agree, so it must load. {advice}").format(
+                                error=err, advice=id_hint))
     expect(_holds(model, tied_file), _("a tied checkpoint must be loaded: call model.load_state_dict(state_dict)"))
-    expect(model.head.weight is model.embed.weight,
-           _("the model lost its tie: load with model.load_state_dict(state_dict), which copies values into the "
-             "existing Parameters (assign=True, or new Parameters, give each name its own tensor)"))
+    embed_w, head_w = model.embed.weight, model.head.weight
+    expect(head_w is embed_w or head_w.data_ptr() != embed_w.data_ptr(),
+           _("the model lost its tie: head.weight and embed.weight are now two Parameters over one memory, as "
+             "load_state_dict(..., assign=True) leaves a tied checkpoint (parameters() counts the matrix twice, an "
+             "optimizer steps it twice). Load with model.load_state_dict(state_dict), which copies the values into "
+             "the existing, tied Parameter"))
+    expect(head_w is embed_w,
+           _("the model lost its tie: head.weight and embed.weight are now two Parameters with two memories, "
+             "replaced while loading. Load with model.load_state_dict(state_dict), which copies the values into the "
+             "existing, tied Parameter"))
 
     # 2. An untied checkpoint into a tied model: ValueError naming both keys, the model untouched.
     def refuses(target: nn.Module, state: dict, keys: tuple[str, ...] | list[tuple[str, ...]],
@@ -355,24 +485,36 @@ def check_load_checked(load: Callable[[nn.Module, dict], object]) -> None:
         what, subject = checkpoint
         alternatives = keys if isinstance(keys, list) else [keys]
         before = _snapshot(target)
-        raised = None
+        raised = other_error = None
         with learner_code(_("calling load_checked with {checkpoint}").format(checkpoint=what),
-                          _("not known from here: the error is in your load_checked. When tied names disagree, raise "
-                            "ValueError (not assert, not RuntimeError)")):
+                          _("not known from here: the error is in your load_checked")), \
+                _calls(target, "named_parameters") as walks:
             try:
                 load(target, state)
             except ValueError as err:
                 raised = err
+            except (AssertionError, RuntimeError) as err:  # an assert, or a refusal of another type
+                if isinstance(err, NotImplementedError):  # the stub's, or torch's: not a refusal
+                    raise
+                other_error = err
+        expect(other_error is None,
+               _("with {checkpoint}, your load_checked raised {error}: when tied names disagree, raise ValueError "
+                 "(not assert, not RuntimeError)").format(
+                     checkpoint=what, error=f"{type(other_error).__name__}: {other_error}"))
         expect(raised is not None or not _holds(target, before),
                _("nothing happened with {checkpoint}: load it, or raise ValueError when tied names disagree").format(
                    checkpoint=what))
+        once = walks and not any(walk["remove_duplicate"] is False for walk in walks)
+        expect(raised is not None or why or not once,
+               _("{checkpoint} was loaded without complaint, and one of the two matrices is now lost. Your "
+                 "load_checked walked model.named_parameters(), which lists a shared Parameter once, under its first "
+                 "name, so no group ever had two names: named_parameters(remove_duplicate=False) lists every "
+                 "owner's name").format(checkpoint=subject))
         expect(raised is not None,
                _("{checkpoint} was loaded without complaint, and one of the two matrices is now lost. {advice}").format(
                    checkpoint=subject,
                    advice=why or _("Before loading, compare the values of every group of names that share one "
-                                   "Parameter; note that model.named_parameters() lists a shared Parameter once, "
-                                   "under its first name, while named_parameters(remove_duplicate=False) lists "
-                                   "every owner's name")))
+                                   "Parameter, and raise ValueError when they differ")))
         expect(_holds(target, before),
                _("the model was changed before the ValueError: check the checkpoint first, then load; "
                  "when it raises, the model must be unchanged"))
@@ -424,8 +566,9 @@ def check_load_checked(load: Callable[[nn.Module, dict], object]) -> None:
     refuses(_perturbed(_TinyLM(), 8), nearly, ("embed.weight", "head.weight"),
             (_("a checkpoint whose tied entries differ in one number, by four millionths of it"),
              _("A checkpoint whose tied entries differ in one number, by four millionths of it")),
-            _("torch.allclose (and isclose) call such values equal, yet loading keeps only one of them: compare "
-              "exactly, with torch.equal"))
+            _("Values that differ this little passed as equal: a comparison with a tolerance (torch.allclose, "
+              "isclose, a threshold) calls them equal, yet loading keeps only one of them. Compare exactly, with "
+              "torch.equal"))
 
     # 7. One Parameter under three names: any one of them may be the odd one out.
     for odd in ("0.weight", "2.weight", "4.weight"):
@@ -467,11 +610,17 @@ def check_load_checked(load: Callable[[nn.Module, dict], object]) -> None:
 
     # 10. A checkpoint that lacks a key, its ties intact: the strict load_state_dict refuses it.
     partial = {k: v for k, v in _perturbed(_TinyLM(), 10).state_dict().items() if k != "norm.bias"}
+    target = _perturbed(_TinyLM(), 11)
     try:
-        load(_perturbed(_TinyLM(), 11), partial)
+        with _calls(target, "load_state_dict") as loads:
+            load(target, partial)
     except Exception:  # the RuntimeError of a strict load, or the answer's own refusal
         pass
     else:
+        lax = any(call["strict"] is False for call in loads)
+        expect(not lax, _("a checkpoint without norm.bias was loaded without complaint, leaving norm.bias as it was: "
+                          "your load_checked passed strict=False. Load with model.load_state_dict(state_dict), which "
+                          "is strict by default and raises on missing or unexpected keys"))
         expect(False, _("a checkpoint without norm.bias was loaded without complaint, leaving norm.bias as it was: "
                         "load with model.load_state_dict(state_dict), which is strict by default and raises on "
-                        "missing or unexpected keys; do not pass strict=False"))
+                        "missing or unexpected keys"))

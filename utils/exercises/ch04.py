@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from unittest import mock
 
 import torch
@@ -29,7 +29,7 @@ _MOVES = (torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.type_as, torch.Tensor
 
 
 @contextlib.contextmanager
-def _made_elsewhere() -> Iterator[None]:
+def _made_elsewhere(left_behind: Iterable[torch.Tensor] = ()) -> Iterator[None]:
     """Run the learner's forward on CPU inputs as if it ran on a GPU machine.
 
     There, a tensor made without ``device=`` lands on the CPU while the input is on the GPU. Here every tensor
@@ -37,12 +37,13 @@ def _made_elsewhere() -> Iterator[None]:
     ``device=``, and what is computed from those alone) and refuses what CUDA refuses: an operation that mixes
     such a tensor with one of the input's, unless it is a number (a 0-dim tensor, which CUDA kernels take from
     the CPU), an index (``x[idx]`` takes a CPU index tensor), or an explicit move (``.to(x.device)``,
-    ``.to(x)``, ``.copy_``). The values are real, so a right answer gives the right numbers.
+    ``.to(x)``, ``.copy_``). The values are real, so a right answer gives the right numbers. ``left_behind``: tensors
+    that stand for what a move of the layer to the GPU leaves on the CPU (plain tensor attributes).
     """
     from torch.overrides import TorchFunctionMode
     from torch.utils._pytree import tree_leaves
 
-    far: dict[int, weakref.ref] = {}
+    far: dict[int, weakref.ref] = {id(t): weakref.ref(t) for t in left_behind}
 
     def is_far(t: torch.Tensor) -> bool:
         ref = far.get(id(t))
@@ -171,7 +172,8 @@ def _weight_norm_values(layer: nn.Module, x: torch.Tensor, direction, scale, bia
 
 
 def _weight_norm_gradients(layer: nn.Module, x: torch.Tensor, direction, scale, bias) -> None:
-    """Every parameter gets a gradient, and the right one; a missing history is named before backward()."""
+    """The input and every parameter get a gradient, and the right one; a missing history is named before
+    backward()."""
     layer.zero_grad(set_to_none=True)
     with learner_code(_("calling your layer on a {shape} input").format(shape=tuple(x.shape)),
                       _("the error is in your forward")):
@@ -182,10 +184,17 @@ def _weight_norm_gradients(layer: nn.Module, x: torch.Tensor, direction, scale, 
           "so no parameter would ever be trained. Something in forward cut the computation out of autograd: "
           "torch.no_grad() around it, or .data, .detach() or a torch.tensor(...) copy of every parameter, does that"),
     )
+    x_leaf = x.clone().requires_grad_(True)
     with learner_code(_("back-propagating through your layer"), _("the error is in your forward")):
-        (y ** 2).sum().backward()
-    leaves = [t.clone().requires_grad_(True) for t in (direction, scale, bias)]
-    (_weight_norm_reference(x, *leaves) ** 2).sum().backward()
+        (layer(x_leaf) ** 2).sum().backward()
+    x_ref, *leaves = [t.clone().requires_grad_(True) for t in (x, direction, scale, bias)]
+    (_weight_norm_reference(x_ref, *leaves) ** 2).sum().backward()
+    expect(x_leaf.grad is not None,
+           _("no gradient reached the input: forward cut x out of autograd (x.detach(), x.data, or torch.no_grad() "
+             "around its use), so no layer before this one would be trained"))
+    expect(torch.allclose(x_leaf.grad, x_ref.grad, atol=1e-4),
+           _("the gradient with respect to the input is wrong: is part of the computation taken under "
+             "torch.no_grad(), from .data, or detached?"))
     for name, reference in zip(("direction", "scale", "bias"), leaves, strict=True):
         grad = getattr(layer, name).grad
         expect(
@@ -263,15 +272,16 @@ def check_weight_norm_linear(cls: type[nn.Module]) -> None:
         _("the output must be on the input's device, with the same values, whatever the default device: "
           "{advice}").format(advice=_(_ANY_DEVICE)),
     )
-    moved_hint = _("a tensor kept as a plain attribute (self.eps = torch.full(...)) stays where it was made when the "
-                   "layer moves: register it as a buffer (self.register_buffer(...)), or use a Python number")
-    with learner_code(_("moving your layer with .to('meta') and calling it on an input there"), moved_hint):
-        y_meta = copy.deepcopy(layer).to("meta")(torch.empty(4, 5, device="meta"))
-    expect(
-        isinstance(y_meta, torch.Tensor) and y_meta.is_meta and y_meta.shape == (4, 3),
-        _("after .to(device), an input on that device must give an output there, shape (4, 3): {advice}").format(
-            advice=moved_hint),
-    )
+    # Moved to a GPU, the layer takes its parameters and buffers along; a tensor kept as a plain attribute stays.
+    plain = [name for name, value in vars(layer).items() if isinstance(value, torch.Tensor)]
+    if plain:
+        moved_hint = _("self.{names} is a tensor kept as a plain attribute: .to() leaves it where it was made, so on "
+                       "a GPU it meets the input on another device. Register it as a buffer "
+                       "(self.register_buffer(...)), or use a Python number").format(names=", self.".join(plain))
+        with learner_code(_("calling your layer as after a move to a GPU, which leaves a plain tensor attribute on "
+                            "the CPU"), moved_hint), _made_elsewhere(left_behind=[getattr(layer, p) for p in plain]):
+            y_moved = layer(x)
+        expect(isinstance(y_moved, torch.Tensor) and torch.allclose(y_moved, expected, atol=1e-5), moved_hint)
 
 
 @exercise("Exercise 2 · The first half of the Fourier coefficients")
@@ -288,7 +298,7 @@ def check_half_fourier(cls: type[nn.Module]) -> None:
     stay = _("stay in torch (torch.fft), not NumPy, so that autograd can follow and any device works; "
              "slice with an int: n // 2")
     for shape, dtype in [((3, 8), torch.float32), ((2, 3, 9), torch.float32), ((4, 3), torch.float32),
-                         ((1, 1), torch.float32), ((2, 7), torch.float64)]:
+                         ((1, 1), torch.float32), ((2, 7), torch.float64), ((6,), torch.float32)]:
         x = _randn(*shape, seed=sum(shape), dtype=dtype).requires_grad_(True)
         with learner_code(_("calling your layer on a {dtype} input of shape {shape} that requires grad").format(
                 dtype=dtype, shape=shape), stay):
@@ -326,6 +336,11 @@ def check_half_fourier(cls: type[nn.Module]) -> None:
             with learner_code(_("back-propagating through your layer"), stay):
                 out.abs().sum().backward()
             expect(x.grad is not None and bool(x.grad.abs().sum() > 0), hint)
+            x_ref = x.detach().clone().requires_grad_(True)
+            torch.fft.fft(x_ref, dim=-1)[..., : n // 2].abs().sum().backward()
+            expect(torch.allclose(x.grad, x_ref.grad, atol=1e-4),
+                   _("the gradient with respect to the input is wrong: part of the computation is detached or "
+                     "taken outside torch"))
     x = _randn(3, 8, seed=60)
     with learner_code(_(_AS_ON_A_GPU), _(_ANY_DEVICE)):
         with _made_elsewhere():
@@ -339,23 +354,37 @@ def check_half_fourier(cls: type[nn.Module]) -> None:
 
 
 _NORM_STATE = {"weight": 1.0, "bias": 0.0, "running_mean": 0.0, "running_var": 1.0}
+_RESET = N_("reset_parameters() sets weight to ones, bias to zeros, running_mean to zeros and running_var to ones, "
+            "in place (fill_, zero_, nn.init.ones_) under torch.no_grad()")
 
 
-def _norm_tensors(layer: nn.Module) -> dict[str, torch.Tensor]:
-    return {name: getattr(layer, name) for name in _NORM_STATE}
+def _norm_tensors(layer: nn.Module) -> dict[str, torch.Tensor | None]:
+    return {name: getattr(layer, name, None) for name in _NORM_STATE}
 
 
-def _built_counting_resets(cls: type[nn.Module], n: int) -> tuple[nn.Module, list[nn.Module]]:
-    """``cls(n)``, and the modules its ``reset_parameters`` was called on meanwhile (patched on the class itself,
-    so that ``self.reset_parameters()`` and ``cls.reset_parameters(self)`` both count; restored after)."""
-    original, calls = cls.reset_parameters, []
+def _built(cls: type[nn.Module], n: int, **kwargs) -> tuple[nn.Module, dict | None, dict | None]:
+    """``cls(n, **kwargs)``, with its four tensors as ``reset_parameters()`` found them and as it left them at its last
+    call on the layer (``None, None`` where ``__init__`` never called it). The method is patched on the class itself,
+    so that ``self.reset_parameters()`` and ``cls.reset_parameters(self)`` both count; restored after."""
+    original, seen = getattr(cls, "reset_parameters", None), []
+    if not callable(original):
+        return cls(n, **kwargs), None, None
 
-    def counting(self, *args, **kwargs):
-        calls.append(self)
-        return original(self, *args, **kwargs)
+    def watched(self, *args, **kw):
+        before = _norm_tensors(self)
+        result = original(self, *args, **kw)
+        seen.append((self, before, _norm_tensors(self)))
+        return result
 
-    with mock.patch.object(cls, "reset_parameters", counting):
-        return cls(n), calls
+    with mock.patch.object(cls, "reset_parameters", watched):
+        layer = cls(n, **kwargs)
+    calls = [(before, after) for module, before, after in seen if module is layer]
+    return (layer, *calls[-1]) if calls else (layer, None, None)
+
+
+def _first_seen(value: torch.Tensor, near_misses: list[tuple[torch.Tensor, str]]) -> str | None:
+    """The hint of the first near miss whose result ``value`` is: what the check saw the answer compute."""
+    return next((hint for result, hint in near_misses if torch.allclose(value, result, atol=1e-5)), None)
 
 
 def _norm_gradients(mine: nn.Module, reference: nn.Module, ours: tuple, theirs: tuple, mode: str, why: str) -> None:
@@ -383,31 +412,64 @@ def _norm_gradients(mine: nn.Module, reference: nn.Module, ours: tuple, theirs: 
         expect(torch.allclose(getattr(mine, name).grad, getattr(reference, name).grad, atol=1e-4),
                _("in {mode} the gradient of {name} is wrong: is part of the computation detached or under "
                  "no_grad?").format(mode=mode, name=repr(name)))
-    expect(leaf.grad is not None and torch.allclose(leaf.grad, leaf_ref.grad, atol=1e-4),
+    expect(leaf.grad is not None,
+           _("in {mode} no gradient reached the input: forward cut x out of autograd (x.detach(), x.data, or "
+             "torch.no_grad() around its use), so no layer before this one would be trained").format(mode=mode))
+    expect(torch.allclose(leaf.grad, leaf_ref.grad, atol=1e-4),
            _("in {mode} the gradient with respect to the input is wrong: {cause}").format(mode=mode, cause=why))
+
+
+def _expect_kept_by_reset(n: int, built: str, before: dict | None, after: dict, ok: Callable) -> None:
+    """What ``Norm1d(n, <built>)`` holds: tensors that satisfy ``ok`` (on meta, in float64), and the objects
+    ``__init__`` made. Blame ``reset_parameters()`` only for what it was seen to change."""
+    expect(before is not None,
+           _("__init__ must end by calling self.reset_parameters(), as the given __init__ does: to_empty() gives "
+             "memory without values, and reset_parameters() is the one place that sets them"))
+    replaced = [name for name in _NORM_STATE if after[name] is not before[name]]
+    elsewhere = sorted({f"{t.device.type}, {t.dtype}" for name, t in after.items()
+                        if name in replaced and isinstance(t, torch.Tensor) and not ok(t)})
+    expect(not replaced,
+           _("Norm1d({n}, {built}): reset_parameters() replaced {names} by new tensors{where}. Fill the tensors "
+             "__init__ made, in place (self.weight.fill_(1.0), self.running_mean.zero_(), ... under "
+             "torch.no_grad()): new tensors are made on the default device and in the default dtype, not the "
+             "layer's, and an optimizer built before, or a tie, keeps the old ones").format(
+                 n=n, built=built, names=replaced,
+                 where=_(" (made on {places})").format(places="; ".join(elsewhere)) if elsewhere else ""))
+    changed = [name for name in _NORM_STATE if ok(before[name]) and not ok(after[name])]
+    expect(not changed,
+           _("Norm1d({n}, {built}): reset_parameters() gave {names} new memory elsewhere (.data = ... replaces a "
+             "tensor's memory): fill the tensors __init__ made, in place, under torch.no_grad()").format(
+                 n=n, built=built, names=changed))
+    off = [name for name in _NORM_STATE if not ok(after[name])]
+    expect(not off,
+           _("Norm1d({n}, {built}) created {names} elsewhere in __init__, before reset_parameters() ran: keep the "
+             "given __init__, which passes device and dtype to every tensor it creates").format(
+                 n=n, built=built, names=off))
 
 
 @exercise("Exercise 3 · A normalization layer built like the built-in ones")
 def check_norm1d(cls: type[nn.Module]) -> None:
-    """``cls(num_features, momentum=0.1, eps=1e-5, device=None, dtype=None)``, like ``nn.BatchNorm1d``.
+    """``cls(num_features, momentum=0.1, eps=1e-5, device=None, dtype=None)``, like ``nn.BatchNorm1d``; its
+    ``__init__`` is given, the answer is ``reset_parameters()`` and ``forward()``.
 
-    Parameters ``weight``/``bias`` and buffers ``running_mean``/``running_var``, all created with the
-    factory keywords; ``reset_parameters()`` resets the four in place; the forward pass matches
-    ``nn.BatchNorm1d(num_features, eps, momentum)`` in training and evaluation mode: values and gradients at
-    width 4 with momentum=0.3, eps=0.1, values at width 3 with the defaults; the output
-    lands on the input's device whatever the default device, and float64 works.
+    ``reset_parameters()`` fills the four tensors ``__init__`` made, in place, whatever their device and dtype
+    (built on meta, in float64, after ``to_empty``); the forward pass matches ``nn.BatchNorm1d(num_features, eps,
+    momentum)`` in training and evaluation mode: values, running statistics (updated in training mode only) and
+    gradients to the input, weight and bias at width 4 with momentum=0.3, eps=0.1, values at width 3 with the
+    defaults; the output lands on the input's device whatever the default device, and float64 works.
     """
     n = 4
-    kwargs_hint = _("accept device=None, dtype=None and pass them to every tensor you create in __init__ "
-                    "(torch.ones(n, device=device, dtype=dtype), ...)")
-    reset_hint = _("reset_parameters() sets weight to ones, bias to zeros, running_mean to zeros and running_var "
-                   "to ones, in place (fill_, zero_, nn.init.ones_) under torch.no_grad()")
-    build_hint = _("the error is in __init__ or in the reset_parameters() it calls. Accept device=None, dtype=None "
-                   "and pass them to every tensor you create in __init__ (torch.ones(n, device=device, "
-                   "dtype=dtype), ...); {reset}").format(reset=reset_hint)
-    with learner_code(_("building Norm1d({n}, device='meta')").format(n=n), build_hint):
-        on_meta = cls(n, device="meta")
+    build_hint = _("the error is in reset_parameters(), which the given __init__ calls: {reset}").format(
+        reset=_(_RESET))
+    new_memory = {"set_data": _("reset_parameters() assigned .data = a tensor made elsewhere (on the default device, "
+                                "while the layer is on meta): fill the tensors __init__ made, in place, under "
+                                "torch.no_grad()")}
+    with learner_code(_("building Norm1d({n}, device='meta')").format(n=n), build_hint, causes=new_memory):
+        on_meta, before, after = _built(cls, n, device="meta")
     expect(isinstance(on_meta, nn.Module), _("Norm1d must subclass nn.Module"))
+    expect(callable(getattr(on_meta, "reset_parameters", None)),
+           _("define a method reset_parameters(): to_empty() gives memory without values, and {reset}").format(
+               reset=_(_RESET)))
     params, buffers = dict(on_meta.named_parameters()), dict(on_meta.named_buffers())
     expect(set(params) == {"weight", "bias"},
            _("register exactly two parameters, weight and bias; got {names}. The running statistics "
@@ -417,52 +479,24 @@ def check_norm1d(cls: type[nn.Module]) -> None:
     expect(not missing,
            _("{names} must be buffers: self.register_buffer(name, tensor). A plain tensor attribute is not "
              "moved by .to() or to_empty() and not saved in state_dict()").format(names=missing))
-    tensors = _norm_tensors(on_meta)
-    expect(all(t.shape == (n,) for t in tensors.values()),
+    expect(all(t.shape == (n,) for t in _norm_tensors(on_meta).values()),
            _("weight, bias, running_mean and running_var all have shape ({n},)").format(n=n))
-    off = [name for name, t in tensors.items() if not t.is_meta]
-    expect(not off, _("Norm1d({n}, device='meta') created {names} on another device: {advice}").format(
-        n=n, names=off, advice=kwargs_hint))
-
+    _expect_kept_by_reset(n, "device='meta'", before, after, lambda t: isinstance(t, torch.Tensor) and t.is_meta)
     with learner_code(_("building Norm1d({n}, dtype=torch.float64)").format(n=n), build_hint):
-        double = cls(n, dtype=torch.float64)
-    wrong = [name for name, t in _norm_tensors(double).items() if t.dtype != torch.float64]
-    expect(not wrong, _("Norm1d({n}, dtype=torch.float64) created {names} in another dtype: {advice}").format(
-        n=n, names=wrong, advice=kwargs_hint))
+        double, before, after = _built(cls, n, dtype=torch.float64)
+    _expect_kept_by_reset(n, "dtype=torch.float64", before, after,
+                          lambda t: isinstance(t, torch.Tensor) and t.dtype == torch.float64)
 
-    with learner_code(_("building Norm1d({n})").format(n=n), build_hint):
-        fresh = cls(n)
-    unset = [name for name, t in _norm_tensors(fresh).items() if not torch.all(t == _NORM_STATE[name])]
-    expect(not unset, _("right after Norm1d({n}) is built, {names} do not hold their starting values (weight "
-                        "ones, bias zeros, running_mean zeros, running_var ones): set them in reset_parameters() "
-                        "and call it at the end of __init__").format(n=n, names=unset))
-
-    expect(callable(getattr(on_meta, "reset_parameters", None)),
-           _("define a method reset_parameters(): to_empty() gives memory without values, and {reset}").format(
-               reset=reset_hint))
-    with learner_code(_("building Norm1d({n}) while counting its calls of reset_parameters()").format(n=n),
-                      build_hint):
-        probe, calls = _built_counting_resets(cls, n)
-    expect(any(module is probe for module in calls),
-           _("Norm1d({n}) holds the right starting values, but __init__ never calls self.reset_parameters(): end "
-             "__init__ with that call, so that the starting values are set in one place, the one to_empty() "
-             "needs").format(n=n))
     layer = on_meta.to_empty(device="cpu")
     held = _norm_tensors(layer)
     with torch.no_grad():
         for t in held.values():
             t.fill_(7.0)  # what uninitialized memory might hold
-    with learner_code(_("calling reset_parameters() after to_empty(device='cpu')"), reset_hint):
+    with learner_code(_("calling reset_parameters() after to_empty(device='cpu')"), _(_RESET)):
         layer.reset_parameters()
-    now = _norm_tensors(layer)
-    replaced = [name for name in held if now[name] is not held[name]]
-    expect(not replaced, _("reset_parameters() replaced {names} by new objects: fill the existing ones in place "
-                           "(an optimizer built before holds the old Parameters, and whatever shares one of the "
-                           "tensors, a tie or another module holding the same buffer, keeps the old one)").format(
-                               names=replaced))
-    unset = [name for name, t in now.items() if not torch.all(t == _NORM_STATE[name])]
+    unset = [name for name, t in _norm_tensors(layer).items() if not torch.all(t == _NORM_STATE[name])]
     expect(not unset, _("after to_empty(device='cpu') and reset_parameters(), {names} still hold leftover values: "
-                        "{reset}").format(names=unset, reset=reset_hint))
+                        "{reset}").format(names=unset, reset=_(_RESET)))
 
     # The computation, against nn.BatchNorm1d: values, running statistics, gradients, evaluation mode.
     momentum, eps = 0.3, 0.1
@@ -475,20 +509,42 @@ def check_norm1d(cls: type[nn.Module]) -> None:
         for module in (mine, reference):
             module.weight.copy_(weight)
             module.bias.copy_(bias)
-    train_hint = _("in training mode normalize with the batch's mean and biased variance (x.var(dim=0, "
-                   "correction=0)), eps inside the square root, then * weight + bias")
-    stats_hint = _("update the running statistics as running = (1 - momentum) * running + momentum * batch value "
-                   "(running.lerp_(value, momentum)), the variance with correction=1 (unbiased)")
     for step in range(3):
         xb = _randn(8, n, seed=20 + step) * 3 + 1
+        mean, var, unbiased = xb.mean(dim=0), xb.var(dim=0, correction=0), xb.var(dim=0, correction=1)
+        running = mine.running_mean.clone(), mine.running_var.clone()
         leaf = xb.clone().requires_grad_(True)
         with learner_code(_("calling your layer in training mode on an (8, 4) batch"), _(_NORM_SHAPES)):
             y = mine(leaf)
         leaf_ref = xb.clone().requires_grad_(True)
         y_ref = reference(leaf_ref)
-        expect(_shape(y) == (8, n) and torch.allclose(y, y_ref, atol=1e-5), train_hint)
-        expect(torch.allclose(mine.running_mean, reference.running_mean, atol=1e-5)
-               and torch.allclose(mine.running_var, reference.running_var, atol=1e-5), stats_hint)
+        expect(_shape(y) == (8, n), _("an (8, 4) batch must give an (8, 4) output; got {shape}").format(
+            shape=_shape(y)))
+        if not torch.allclose(y, y_ref, atol=1e-5):
+            expect(False, _first_seen(y.detach(), [
+                ((xb - mean) / torch.sqrt(unbiased + eps) * weight + bias,
+                 _("in training mode your layer normalized with the batch's unbiased variance (correction=1): "
+                   "BatchNorm normalizes a batch with its biased variance, x.var(dim=0, correction=0); the "
+                   "unbiased one goes into running_var")),
+                ((xb - mean) / (torch.sqrt(var) + eps) * weight + bias,
+                 _("eps was added outside the square root: (x - mean) / torch.sqrt(var + eps)")),
+                ((xb - mean) / torch.sqrt(var + eps),
+                 _("the output is normalized but not scaled and shifted: return normalized * weight + bias")),
+            ]) or _("in training mode normalize with the batch's mean and biased variance (x.var(dim=0, "
+                    "correction=0)), eps inside the square root, then * weight + bias"))
+        if not (torch.allclose(mine.running_mean, reference.running_mean, atol=1e-5)
+                and torch.allclose(mine.running_var, reference.running_var, atol=1e-5)):
+            now = torch.cat([mine.running_mean, mine.running_var]).detach()
+            expect(False, _first_seen(now, [
+                (torch.cat([running[0].lerp(mean, 1 - momentum), running[1].lerp(unbiased, 1 - momentum)]),
+                 _("the running statistics moved by 1 - momentum: in PyTorch momentum is the weight of the new "
+                   "batch value, running = (1 - momentum) * running + momentum * value "
+                   "(running.lerp_(value, momentum))")),
+                (torch.cat([running[0].lerp(mean, momentum), running[1].lerp(var, momentum)]),
+                 _("running_var was updated with the batch's biased variance: BatchNorm updates it with the "
+                   "unbiased one, x.var(dim=0, correction=1)")),
+            ]) or _("update the running statistics as running = (1 - momentum) * running + momentum * batch value "
+                    "(running.lerp_(value, momentum)), the variance with correction=1 (unbiased)"))
         expect(mine.running_mean.grad_fn is None and mine.running_var.grad_fn is None,
                _("update the running statistics under torch.no_grad(): otherwise each in-place update records "
                  "the batch's graph in the buffer, and the next batches build on it"))
@@ -504,12 +560,21 @@ def check_norm1d(cls: type[nn.Module]) -> None:
     with learner_code(_("calling your layer in eval() mode on a (5, 4) batch"), _(_NORM_SHAPES)):
         ye = mine(leaf)
     ye_ref = reference(leaf_ref)
-    expect(_shape(ye) == (5, n) and torch.allclose(ye, ye_ref, atol=1e-5),
-           _("in eval() mode (self.training is False) normalize with running_mean and running_var, not the "
-             "batch's statistics, and with eps inside the square root as in training: "
-             "(x - running_mean) / sqrt(running_var + eps)"))
     expect(all(torch.equal(t, frozen[name]) for name, t in _norm_tensors(mine).items()),
-           _("in eval() mode the running statistics must not change"))
+           _("in eval() mode your forward changed the running statistics: update them only in training mode, "
+             "under `if self.training:`"))
+    expect(_shape(ye) == (5, n), _("a (5, 4) batch must give a (5, 4) output; got {shape}").format(shape=_shape(ye)))
+    if not torch.allclose(ye, ye_ref, atol=1e-5):
+        stats = frozen["running_mean"], frozen["running_var"]
+        expect(False, _first_seen(ye.detach(), [
+            ((xe - xe.mean(dim=0)) / torch.sqrt(xe.var(dim=0, correction=0) + eps) * weight + bias,
+             _("in eval() mode your layer normalized with the batch's own statistics: in eval() mode (self.training "
+               "is False) use running_mean and running_var")),
+            ((xe - stats[0]) / torch.sqrt(stats[1]) * weight + bias,
+             _("in eval() mode eps is missing: it goes inside the square root as in training, "
+               "(x - running_mean) / torch.sqrt(running_var + eps)")),
+        ]) or _("in eval() mode (self.training is False) the output is (x - running_mean) / sqrt(running_var + eps) "
+                "* weight + bias"))
     _norm_gradients(mine, reference, (leaf, ye), (leaf_ref, ye_ref), _("eval() mode"),
                     _("in eval() mode the output is (x - running_mean) / sqrt(running_var + eps) * weight + bias, "
                       "and the gradient flows through it as through any computation"))
