@@ -31,8 +31,9 @@ class TorchCalls(TorchFunctionMode):
     * ``numpy``: whether a NumPy array was handed to torch;
     * ``made``: ``(name, kwargs, args, tensor)`` for each tensor a factory function (``torch.zeros``,
       ``torch.tensor``, ...) made: :meth:`maker` finds the one a result was made by;
-    * ``fixed_moves``: each move to a device written out (``.cpu()``, ``.cuda()``, ``.to("cpu")``), which
-      no input decides."""
+    * ``moves``: each move to a device (``.to(device)``, ``.cpu()``, ``.cuda()``; ``Module.to`` makes them too),
+      and ``fixed_moves``, those to a device written out (``.cpu()``, ``.cuda()``, ``.to("cpu")``), which no
+      input decides."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -42,6 +43,7 @@ class TorchCalls(TorchFunctionMode):
         self.names: set[str] = set()
         self.no_grad = self.numpy = False
         self.made: list[tuple[str, dict, tuple, torch.Tensor]] = []
+        self.moves: list[str] = []
         self.fixed_moves: list[str] = []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -53,9 +55,13 @@ class TorchCalls(TorchFunctionMode):
         out = func(*args, **kwargs)
         if func in self._factories and isinstance(out, torch.Tensor):
             self.made.append((name, kwargs, args, out))
-        written = [a for a in (*args[1:], kwargs.get("device")) if isinstance(a, str)] if name == ".to" else []
-        if name in (".cpu", ".cuda") or written:
-            self.fixed_moves.append(f".to({written[0]!r})" if written else f"{name}()")
+        devices = [a for a in (*args[1:], kwargs.get("device")) if isinstance(a, (str, torch.device))]
+        move = f".to({str(devices[0])!r})" if name == ".to" and devices else f"{name}()" if name in (".cpu", ".cuda") \
+            else None
+        if move is not None and move not in self.moves:
+            self.moves.append(move)
+        if move is not None and move not in self.fixed_moves and (name != ".to" or isinstance(devices[0], str)):
+            self.fixed_moves.append(move)
         return out
 
     def maker(self, result: torch.Tensor) -> tuple[str, dict, tuple] | None:
