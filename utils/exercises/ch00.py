@@ -13,11 +13,12 @@ __all__ = ["TorchCalls", "check_ones"]
 
 
 def _call_name(func: object) -> str:
-    """``"zeros"`` for ``torch.zeros``, ``".detach"`` for ``Tensor.detach``, ``".data"`` for reading ``x.data``."""
+    """``"zeros"`` for ``torch.zeros``, ``".detach"`` for ``Tensor.detach``, ``".data"`` for reading ``x.data``,
+    ``".data="`` for assigning it."""
     owner = getattr(func, "__self__", None)
     name = getattr(func, "__name__", "")
-    if name == "__get__" and owner is not None:  # a property read, such as x.data
-        return "." + getattr(owner, "__name__", "")
+    if name in ("__get__", "__set__") and owner is not None:  # a property read or written: x.data, x.data = y
+        return "." + getattr(owner, "__name__", "") + ("=" if name == "__set__" else "")
     method = getattr(func, "__qualname__", "").startswith(("TensorBase.", "Tensor."))
     return ("." if method else "") + name
 
@@ -26,14 +27,18 @@ class TorchCalls(TorchFunctionMode):
     """Inside ``with TorchCalls() as seen:``, what the code asked torch for (a torch function mode sees every
     torch function and tensor method; it costs no import):
 
-    * ``names``: each call's name, ``"zeros"``, ``".detach"`` (a method), ``".data"`` (a property read);
+    * ``names``: each call's name, ``"zeros"``, ``".detach"`` (a method), ``".data"`` (a property read),
+      ``".data="`` (a property written);
     * ``no_grad``: whether a call ran with gradient recording off (``torch.no_grad()``, ``inference_mode``);
     * ``numpy``: whether a NumPy array was handed to torch;
     * ``made``: ``(name, kwargs, args, tensor)`` for each tensor a factory function (``torch.zeros``,
       ``torch.tensor``, ...) made: :meth:`maker` finds the one a result was made by;
     * ``moves``: each move to a device (``.to(device)``, ``.cpu()``, ``.cuda()``; ``Module.to`` makes them too),
       and ``fixed_moves``, those to a device written out (``.cpu()``, ``.cuda()``, ``.to("cpu")``), which no
-      input decides."""
+      input decides.
+
+    While ``paused`` is true it records nothing: a check pauses it where torch works on its own behalf (a lazy
+    layer's default init, inside the network's forward)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -45,9 +50,12 @@ class TorchCalls(TorchFunctionMode):
         self.made: list[tuple[str, dict, tuple, torch.Tensor]] = []
         self.moves: list[str] = []
         self.fixed_moves: list[str] = []
+        self.paused = False
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self.paused:
+            return func(*args, **kwargs)
         name = _call_name(func)
         self.names.add(name)
         self.no_grad |= not torch.is_grad_enabled()
