@@ -18,18 +18,21 @@ WRONG = {
     "constant size": (lambda n: torch.ones(3), "ones(0) must have shape (0,), got (3,)"),
     "python list": (lambda n: [1.0] * n, "must return a torch.Tensor, got list"),
     "numpy array": (lambda n: np.ones(n, dtype=np.float32), "must return a torch.Tensor, got ndarray"),
-    "list of ints": (lambda n: torch.tensor([1] * n), "ones(1) must be float32"),
-    "int fill value": (lambda n: torch.full((n,), 1), "ones(0) must be float32, like torch.ones(n), got torch.int64"),
+    "list of ints": (lambda n: torch.tensor([1] * n), "ones(1) must be float32, like torch.ones(n), got torch.int64: "
+                     "torch.tensor was given integers (1, not 1.0)"),
+    "int fill value": (lambda n: torch.full((n,), 1), "ones(0) must be float32, like torch.ones(n), got torch.int64: "
+                       "torch.full was given integers"),
     "row vector": (lambda n: torch.ones(1, n), "ones(0) must have shape (0,), got (1, 0)"),
     "square matrix": (lambda n: torch.ones(n, n), "ones(0) must have shape (0,), got (0, 0)"),
     "off by one": (lambda n: torch.ones(n + 1), "ones(0) must have shape (0,), got (1,)"),
     "at least one": (lambda n: torch.ones(max(n, 1)), "ones(0) must have shape (0,), got (1,)"),
     "float64": (lambda n: torch.ones(n, dtype=torch.float64), "got torch.float64"),
-    "from numpy": (lambda n: torch.from_numpy(np.ones(n)), "a NumPy array is float64"),
-    "float16": (lambda n: torch.ones(n, dtype=torch.float16), "leave the dtype at torch's default, float32"),
-    "booleans": (lambda n: torch.ones(n, dtype=torch.bool), "True is not 1.0"),
+    "from numpy": (lambda n: torch.from_numpy(np.ones(n)), "a NumPy array went into torch"),
+    "tensor of a numpy array": (lambda n: torch.tensor(np.ones(n)), "keeps the array's dtype (torch.float64)"),
+    "float16": (lambda n: torch.ones(n, dtype=torch.float16), "torch.ones was given dtype=torch.float16"),
+    "booleans": (lambda n: torch.ones(n, dtype=torch.bool), "torch.ones was given dtype=torch.bool"),
     "compared with zero": (lambda n: torch.zeros(n) == 0, "True is not 1.0"),
-    "complex": (lambda n: torch.ones(n, dtype=torch.complex64), "leave the dtype at torch's default, float32"),
+    "complex": (lambda n: torch.ones(n, dtype=torch.complex64), "leave dtype= out, float32 is the default"),
     "keyword only": (lambda *, n: torch.ones(n), "calling ones(0) raised TypeError"),
     "arange": (lambda n: torch.arange(n, dtype=torch.float32), "ones(1) must be 1, but 1 of 1 are not: entry 0 is 0.0"),
     # Slipped through before: sizes up to 7 only, and the hint never said what was observed.
@@ -41,6 +44,26 @@ WRONG = {
     "not a number": (lambda n: torch.full((n,), float("nan")), "ones(1) must be 1, but 1 of 1 are not: entry 0 is nan"),
     "on the meta device": (lambda n: torch.ones(n, device="meta"), "ones(0) returned a tensor on the meta device"),
 }
+
+
+# A hint names the cause the check saw the answer have, and no other: a float64 made with dtype= is not told about
+# NumPy, an int64 made with dtype= is not told about its fill value, a conversion is named as such.
+OBSERVED = {
+    "float64 by dtype=": (lambda n: torch.ones(n, dtype=torch.float64),
+                          "torch.ones was given dtype=torch.float64: leave dtype= out", "NumPy"),
+    "int64 by dtype=": (lambda n: torch.ones(n, dtype=torch.int64), "torch.ones was given dtype=torch.int64", "1.0"),
+    "converted to long": (lambda n: torch.ones(n).long(), "your answer converted the tensor (.long)", "dtype="),
+    "converted to double": (lambda n: torch.ones(n).double(), "converted the tensor (.double)", "NumPy"),
+    "cause not seen": (lambda n: torch.ones(n).to(torch.int32), "converted the tensor (.to)", "NumPy"),
+}
+WRONG.update({name: (answer, hint) for name, (answer, hint, _) in OBSERVED.items()})
+
+
+@pytest.mark.parametrize("name", OBSERVED)
+def test_a_hint_names_no_cause_the_answer_does_not_have(name):
+    answer, hint, absent = OBSERVED[name]
+    verdict, message = outcome(check_ones, answer)
+    assert verdict == "failed" and hint in message and absent not in message, message
 
 
 @pytest.mark.parametrize("name", WRONG)

@@ -5,6 +5,12 @@ The reference solutions live only in the notebook, which the notebook suite runs
 """
 
 import copy
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -239,6 +245,28 @@ class FeaturesHardCoded(_Pair):
         return torch.cat([self.net1(x), self.net2(x)], dim=1)
 
 
+class NoGradForward(_Pair):
+    @torch.no_grad()
+    def forward(self, x):
+        return torch.cat([self.net1(x), self.net2(x)], dim=1)
+
+
+class CpuInForward(_Pair):
+    def forward(self, x):
+        return torch.cat([self.net1(x).cpu(), self.net2(x).cpu()], dim=1)
+
+
+class PreallocatedWithDtypeOnly(_Pair):
+    """The right dtype (x's), but made on the default device."""
+
+    def forward(self, x):
+        a, b = self.net1(x), self.net2(x)
+        out = torch.empty(x.shape[0], a.shape[1] + b.shape[1], dtype=x.dtype)
+        out[:, : a.shape[1]] = a
+        out[:, a.shape[1] :] = b
+        return out
+
+
 class SerialInDouble(_Pair):
     """Two mistakes at once: the chain's hint must still come, not an error of the check's own comparison."""
 
@@ -262,24 +290,30 @@ PARALLEL_WRONG = {
     Stacked: "torch.stack adds a new dimension",
     SwappedOrder: "the outputs are in the wrong order",
     SameNetTwice: "the last 4 columns must be net2(x)",
-    HiddenInList: "a plain list or dict hides them",
-    HiddenInDict: "a plain list or dict hides them",
+    HiddenInList: "the nets sit in a plain list, self.nets",
+    HiddenInDict: "the nets sit in a plain dict, self.nets",
     CalledModuleList: "an nn.ModuleList was called like a module",
     MisspeltForward: "check the spelling of `def forward(self, ...)`",
-    Detached: "the output does not require grad",
-    DataInForward: "gradients must reach both nets' weights and biases",
-    DetachedInput: "the gradient must flow back to x through both nets",
+    Detached: "your block's output does not require grad, so no gradient flows back: your code cut the gradient "
+    "with .detach()",
+    DataInForward: "gradients must reach both nets' weights and biases: your code cut the gradient with .data",
+    DetachedInput: "the gradient must flow back to x through both nets, so that layers before the block learn: your "
+    "code cut the gradient with .detach()",
     CatWithoutList: "not torch.cat(a, b)",
     DeepCopies: "not copies, so that training the block trains them",
-    PreallocatedOnDefaultDevice: "unless you pass device=x.device",
-    MovedToCpu: "unless you pass device=x.device",
-    RegisteredInForward: "right after Parallel(net1, net2) is built",
+    PreallocatedOnDefaultDevice: "forward returns a tensor that torch.zeros made without device=",
+    MovedToCpu: "forward moves its result to a fixed device (.to('cpu'))",
+    RegisteredInForward: "right after Parallel(net1, net2) is built, the nets sit in a plain tuple, self._nets",
     NotAModule: "Parallel must subclass nn.Module",
     NoSuperInit: "before nn.Module's own __init__ had run: call super().__init__() first, then store the modules",
     ReturnsTuple: "forward must return one tensor, got tuple",
     CastToDouble: "turned the nets' torch.float32 outputs into torch.float64",
-    PreallocatedWithoutDtype: "float64 nets gave a float32 output",
-    CastToFloat: "float64 nets gave a float32 output",
+    PreallocatedWithoutDtype: "float64 nets gave a float32 output: forward returns a tensor that torch.zeros made "
+    "without dtype=",
+    CastToFloat: "float64 nets gave a float32 output: forward converted the output (.float)",
+    NoGradForward: "your code ran with gradient recording off",
+    CpuInForward: "forward moves its result to a fixed device (.cpu())",
+    PreallocatedWithDtypeOnly: "forward returns a tensor that torch.empty made without device=",
 }
 
 
@@ -437,21 +471,26 @@ class CopyInForwardRouter(_ModuleDictRouter):  # right values, but the gradients
         return copy.deepcopy(self.heads[task])(x)
 
 
-_DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # a learner's module-level device
-
-
-class HeadsMovedInInit(nn.Module):
-    def __init__(self, heads):
-        super().__init__()
-        self.heads = nn.ModuleDict(heads).to(_DEVICE)
-
+class DetachedInputRouter(_ModuleDictRouter):  # the head still learns; nothing flows back to the layers before
     def forward(self, x, task):
-        return self.heads[task](x)
+        return self.heads[task](x.detach())
 
 
-class BatchMovedInForward(_ModuleDictRouter):
+class DetachedInputInEval(_ModuleDictRouter):  # "evaluation needs no gradient": eval() is not no_grad()
     def forward(self, x, task):
-        return self.heads[task](x.to(_DEVICE))
+        out = self.heads[task](x)
+        return out if self.training else out.detach()
+
+
+class InputDetachedInEval(_ModuleDictRouter):
+    def forward(self, x, task):
+        return self.heads[task](x if self.training else x.detach())
+
+
+class NoGradInEval(_ModuleDictRouter):
+    def forward(self, x, task):
+        with torch.set_grad_enabled(self.training):
+            return self.heads[task](x)
 
 
 class GetOnModuleDict(_ModuleDictRouter):
@@ -510,7 +549,7 @@ ROUTER_WRONG = {
     FixedNamesRouter: "building the router over heads named 'topic', 'sentiment' looked up the name 'price'",
     LinearOnlyRouter: "'Sequential' object has no attribute 'weight'. Likely cause: a head can be any module",
     FirstLayerOnlyRouter: "router(x, 'topic') must return heads['topic'](x)",
-    PlainDictRouter: "a plain dict hides it",
+    PlainDictRouter: "heads['price'] sits in a plain dict, self.heads",
     AlwaysFirstHead: "router(x, 'label') must return heads['label'](x)",
     ModuleListRouter: "is registered as 'heads.0', not under its name 'price'",
     SortedIndexRouter: "is registered as 'heads.0', not under its name 'price'",
@@ -519,13 +558,20 @@ ROUTER_WRONG = {
     AllHeads: "must return a tensor, got dict",
     CalledModuleDict: "an nn.ModuleDict was called like a module",
     CopiedHeads: "it is not the head you were given",
-    RegisteredOnFirstUse: "right after Router(heads) is built",
-    DetachedRouter: "does not require grad, so no gradient reaches the heads",
-    NoGradRouter: "does not require grad, so no gradient reaches the heads",
-    DataRouter: "does not require grad, so no gradient reaches the heads",
-    CopyInForwardRouter: "gradients must reach every parameter of heads['label']",
-    HeadsMovedInInit: "the router must not pick a device",
-    BatchMovedInForward: "the router must not pick a device",
+    RegisteredOnFirstUse: "right after Router(heads) is built, heads['price'] sits in a plain dict, self.pending",
+    DetachedRouter: "router(x, 'label') in training mode does not require grad, so no gradient flows back: your code "
+    "cut the gradient with .detach()",
+    NoGradRouter: "your code ran with gradient recording off",
+    DataRouter: "your code cut the gradient with .data",
+    CopyInForwardRouter: "gradients must reach every parameter of heads['label'] and flow back to x: your code copied "
+    "tensors",
+    DetachedInputRouter: "gradients must reach every parameter of heads['label'] and flow back to x: your code cut "
+    "the gradient with .detach()",
+    DetachedInputInEval: "router(x, 'label') in evaluation mode, after router.eval() does not require grad",
+    InputDetachedInEval: "gradients must reach every parameter of heads['label'] and flow back to x: your code cut "
+    "the gradient with .detach()",
+    NoGradInEval: "router(x, 'label') in evaluation mode, after router.eval() does not require grad, so no gradient "
+    "flows back: your code ran with gradient recording off",
     GetOnModuleDict: "it has no .get()",
     AttributeOfModuleDict: "heads.task looks for a module named 'task'",
     SecondArgumentNamedName: "forward(self, x, task) takes the batch first, then the task's name",
@@ -707,6 +753,27 @@ def modes_one_level_deep(module, n):
     return copies
 
 
+def converted_to_float(module, n):  # "float32, like every tensor": the module's dtypes are the copies' too
+    return nn.ModuleList(copy.deepcopy(module).float() for _ in range(n))
+
+
+def runs_the_original(module, n):
+    """Copies that compute with the module's own weights: their forward is the module's bound method."""
+    copies = nn.ModuleList(copy.deepcopy(module) for _ in range(n))
+    for c in copies:
+        c.forward = module.forward
+    return copies
+
+
+def values_edited(module, n):  # no new draw seen: the hint must not claim one
+    copies = nn.ModuleList(copy.deepcopy(module) for _ in range(n))
+    with torch.no_grad():
+        for c in copies:
+            for p in c.parameters():
+                p.mul_(0.5)
+    return copies
+
+
 CLONES_WRONG = {
     modes_one_level_deep: "(here: Sequential train, Sequential train, Linear train, BatchNorm1d eval, Dropout train)",
     switched_to_eval: "(here: Linear train)",
@@ -720,9 +787,14 @@ CLONES_WRONG = {
     shallow_copies: "copy.copy is shallow",
     original_first: "contains the original module itself",
     one_too_few: "must hold 3 copies, got 2",
-    rebuilt_linear: "building a new layer (or reset_parameters) draws new ones",
-    reinitialized: "building a new layer (or reset_parameters) draws new ones",
-    moved_to_default_device: "each copy must stay on the module's device",
+    rebuilt_linear: "each copy must start with the module's values: 'weight' differs. clones drew new values",
+    reinitialized: "each copy must start with the module's values: 'weight' differs. clones drew new values",
+    moved_to_default_device: "each copy must stay on the module's device, and clones(layer, 3) moved tensors "
+    "(.to('cpu')): copy.deepcopy keeps them where they are",
+    converted_to_float: "'0.0.weight' is torch.float32 in a copy, torch.float64 in the module; clones converted it "
+    "(.float)",
+    runs_the_original: "a backward through copy 0 must give gradients to copy 0's parameters only",
+    values_edited: "each copy must start with the module's values: 'weight' differs. Why is not known from here",
     switched_to_train: "in the module's train/eval mode",
     shared_memory: "shares its memory with the module or another copy",
     frozen_copies: "do not freeze the copies with requires_grad_(False)",
@@ -801,3 +873,42 @@ def test_checks_leave_the_global_generator_alone(check, answer):
     torch.manual_seed(7)
     outcome(check, answer)
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_the_checks_load_no_part_of_torch_that_the_chapter_does_not_teach():
+    # Chapter 01 teaches neither the meta device nor optimizers. An operation on 'meta' loads sympy and torch.fx's
+    # symbolic shapes, a meta matrix product torch._dynamo: seconds of a learner's first Run All, for the checks
+    # alone. Run in a fresh interpreter, with right answers, the checks load none of them.
+    probe = textwrap.dedent("""
+        import copy, json, sys
+        import torch
+        from torch import nn
+        from utils.exercises.ch01 import check_clones, check_parallel, check_router
+
+        class Parallel(nn.Module):
+            def __init__(self, net1, net2):
+                super().__init__()
+                self.net1, self.net2 = net1, net2
+
+            def forward(self, x):
+                return torch.cat([self.net1(x), self.net2(x)], dim=1)
+
+        class Router(nn.Module):
+            def __init__(self, heads):
+                super().__init__()
+                self.heads = nn.ModuleDict(heads)
+
+            def forward(self, x, task):
+                return self.heads[task](x)
+
+        check_parallel(Parallel)
+        check_router(Router)
+        check_clones(lambda module, n: nn.ModuleList(copy.deepcopy(module) for _ in range(n)))
+        heavy = {"sympy", "torch._dynamo", "torch.fx.experimental.symbolic_shapes"}
+        print(json.dumps(sorted(heavy & set(sys.modules))))
+    """)
+    root = Path(__file__).resolve().parents[1]
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=root,
+                         env={**os.environ, "PYTHONPATH": str(root)})
+    assert run.stdout.count("passed") == 3, run.stdout
+    assert json.loads(run.stdout.splitlines()[-1]) == []

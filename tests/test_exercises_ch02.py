@@ -194,10 +194,11 @@ XAVIER_WRONG = [
     (xavier_type_test, "isinstance(m, nn.Linear), not type(m) == nn.Linear"),
     (xavier_ignores_the_bias, "(an nn.Linear, 300→200) still has non-zero biases: set them with nn.init.zeros_"),
     (xavier_normal_family, "use the uniform variant (xavier_uniform_), not xavier_normal_"),
-    (xavier_through_data, "keeps neither the layer's dtype nor its device"),
+    (xavier_through_data, "torch.float64)'s weight is torch.float32 now: your function assigned a new tensor to .data"),
     (xavier_new_parameter, "weight is a new Parameter object"),
     (xavier_data_same_dtype, "layer 0 (an nn.Linear, 300→200)'s weight is the same Parameter but no longer uses"),
-    (xavier_set_, "assigning to .data (or calling set_) swaps in another tensor"),
+    (xavier_set_, "no longer uses its own memory: its data was swapped for another tensor (how is not known from "
+                  "here)"),
     (kaiming_instead, "Xavier gives sqrt(2 / (fan_in + fan_out)) = 0.0632"),
     (bound_of_the_default, "Xavier gives sqrt(2 / (fan_in + fan_out))"),
     (zeroes_every_bias, "the LayerNorm and the Conv1d changed"),
@@ -488,6 +489,17 @@ def lazy_loops_over_net(net, example_input):  # one level down by hand; a bare l
     return net
 
 
+def lazy_uniform_by_hand(net, example_input):  # the right std, drawn uniform with Tensor.uniform_: no nn.init call
+    net(example_input)
+    for m in net.modules():
+        if isinstance(m, nn.Linear):
+            b = math.sqrt(3) * math.sqrt(2 / m.in_features)
+            with torch.no_grad():
+                m.weight.uniform_(-b, b)
+                m.bias.zero_()
+    return net
+
+
 _ROOT_LEFT_OUT = ("a bare nn.LazyLinear(200) given as the network kept nn.Linear's default init (std 0.0472, "
                   "1/sqrt(3 fan_in) = 0.0471), while the layers inside a network were initialized: your walk leaves "
                   "out net itself")
@@ -496,16 +508,18 @@ LAZY_WRONG = [
     (lazy_init_before_dry_run_type_test, "your init never ran. Dry run first, then test isinstance(m, nn.Linear)"),
     (lazy_test_on_lazy_linear, "a test on nn.LazyLinear finds none"),
     (lazy_by_dimension, "the LayerNorm changed: initialize the linear layers only"),
-    (lazy_dummy_with_the_dtype, "a tensor made for it (torch.randn, torch.ones) lands on the default device"),
+    (lazy_dummy_with_the_dtype, "your function made a tensor with torch.randn without device="),
     (lazy_inference_mode, "layer 0's weight is an inference tensor"),
     (lazy_frozen_to_edit, "layer 0's weight no longer requires grad"),
     (lazy_init_before_dry_run, "run net(example_input) once, with the example itself"),
     (lazy_no_dry_run, "still uninitialized"),
     (lazy_fan_out, "That is sqrt(2 / fan_out): use mode='fan_in'"),
     (lazy_returns_nothing, "return the network"),
-    (lazy_kaiming_uniform, "not normally distributed"),
+    (lazy_kaiming_uniform, "not normally distributed: Kaiming *normal* is asked for, and your function drew them "
+                           "with kaiming_uniform_"),
+    (lazy_uniform_by_hand, "not normally distributed: Kaiming *normal* is asked for, use nn.init.kaiming_normal_"),
     (lazy_dummy_input, "its width, dtype and device"),
-    (lazy_through_data, "keeps neither the layer's dtype nor its device"),
+    (lazy_through_data, "the network was float64: your function assigned a new tensor to .data"),
     (lazy_keeps_the_bias, "bias must be zero"),
     (lazy_xavier, "Use nn.init.kaiming_normal_(m.weight, nonlinearity='relu')"),
     (lazy_kaiming_default_slope, "is what a=sqrt(5) gives"),
@@ -690,8 +704,23 @@ def optimizer_children_params(net, example_input):  # the children's parameters:
     return torch.optim.SGD(_groups(p for m in net.children() for p in m.parameters()), lr=0.1)
 
 
+def optimizer_every_module_parameters(net, example_input):  # a layer's parameters come again with its container's
+    net(example_input)
+    params = [p for m in net.modules() for p in m.parameters()]
+    return torch.optim.SGD(_groups(params), lr=0.1)
+
+
+def optimizer_weights_and_all_matrices(net, example_input):  # the layers' weights, then every matrix again
+    net(example_input)
+    weights = [m.weight for m in net.modules() if isinstance(m, nn.Linear)]
+    matrices = [p for p in net.parameters() if p.dim() >= 2]
+    return torch.optim.SGD([{"params": weights + matrices, "weight_decay": 1e-4},
+                            {"params": [p for p in net.parameters() if p.dim() < 2], "weight_decay": 0.0}], lr=0.1)
+
+
 OPTIMIZER_WRONG = [
-    (optimizer_before_dry_run, "placeholder parameter reports p.ndim == 1"),
+    (optimizer_before_dry_run, "your function read the parameters' shapes (.ndim) before the dry run, and a lazy "
+                               "layer's placeholder reports p.ndim == 1"),
     (optimizer_without_dry_run, "still uninitialized"),
     (optimizer_dim_before_dry_run, "no shape (p.dim(), p.shape, p.numel()) until the dry run"),
     (optimizer_decays_everything, "0.bias is 1-D (a bias or a normalization scale): it must get weight_decay=0"),
@@ -699,13 +728,17 @@ OPTIMIZER_WRONG = [
     (optimizer_decays_the_vectors, "the condition is upside down"),
     (optimizer_linear_layers_only, "the optimizer does not hold 1.weight"),
     (optimizer_a_parameter_twice, "each parameter goes into exactly one group"),
-    (optimizer_on_a_copy, "not the network's parameters"),
+    (optimizer_on_a_copy, "the optimizer holds copies of the network's parameters"),
     (optimizer_adam, "return a torch.optim.SGD, not Adam"),
     (optimizer_returns_the_network, "return the optimizer, not the network"),
     (optimizer_wrong_decay, "must get weight_decay=0.0001, it gets 0.01"),
-    (optimizer_matrices_off_by_one, "p.dim() > 2 leaves it out"),
+    (optimizer_matrices_off_by_one, "no weight matrix gets weight decay, though the groups were chosen after the "
+                                    "dry run"),
     (optimizer_one_row_dry_run, "run the network on the whole example batch"),
-    (optimizer_float32_cpu_dummy, "a tensor made for it (torch.randn, torch.ones) lands on the default device"),
+    (optimizer_float32_cpu_dummy, "your function made a tensor with torch.randn without device="),
+    (optimizer_every_module_parameters, "0.weight is listed 2 times in one group: PyTorch only warns, then every "
+                                        "step updates it 2 times"),
+    (optimizer_weights_and_all_matrices, "0.weight is listed 2 times in one group"),
     (optimizer_inference_mode, "layer 0's weight is an inference tensor"),
     (optimizer_by_layer_type, "raised TypeError: optimizer can only optimize Tensors, but one of the params is "
                               "NoneType. Likely cause: a None went into a group: a layer built with bias=False has "
@@ -717,6 +750,16 @@ OPTIMIZER_WRONG = [
                                 "every parameter must be in a group. The nested network's parameters were all held; "
                                 "here the network is the layer itself"),
 ]
+
+
+def test_a_parameter_listed_twice_in_one_group_only_warns_and_is_stepped_twice():
+    # What the hint says of optimizer_every_module_parameters: PyTorch warns, and each step updates it twice.
+    p = nn.Parameter(torch.ones(2))
+    with pytest.warns(UserWarning, match="duplicate parameters"):
+        opt = torch.optim.SGD([{"params": [p, p]}], lr=0.1)
+    p.grad = torch.ones(2)
+    opt.step()
+    assert torch.allclose(p.detach(), torch.full((2,), 0.8))   # two steps of lr * grad = 0.1
 
 
 @pytest.mark.parametrize(("wrong", "hint"), OPTIMIZER_WRONG, ids=[w.__name__ for w, _ in OPTIMIZER_WRONG])

@@ -218,6 +218,27 @@ def test_the_core_path_fits_one_sitting(ch):
     assert code <= course.CORE_CODE_CELLS, f"core path: {code} code cells (at most {course.CORE_CODE_CELLS})"
 
 
+def test_the_time_counts_exercises_by_their_headings_and_the_course_map_is_fixed():
+    # The first exercise's cell imports every check and calls one: neither the import nor the call is an
+    # exercise. Two `### Exercise` headings are 16 minutes; 5 words and no code cell round it to 15.
+    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
+    nb = nbformat.v4.new_notebook(cells=[
+        md("## What you will learn"), md("## Summary"), md("## Exercises"),
+        md("### Exercise 1 · A"), code("from utils.exercises.ch99 import check_a, check_b\n\ncheck_a(a)"),
+        md("### Exercise 2 · B"), code("check_b(b)"),
+    ])
+    assert course.core_size(nb) == (5, 0)
+    assert course.sitting(nb) == ("about 15 min", "CPU")
+    for ch in CHAPTERS:
+        chapter = load(ch)
+        words, cells = course.core_size(chapter)
+        exercises = sum(c.cell_type == "markdown" and c.source.startswith("### Exercise") for c in chapter.cells)
+        assert exercises >= 2, ch.number
+        minutes = 5 * round((words / 150 + 1.5 * cells + 8 * exercises) / 5)
+        assert course.sitting(chapter)[0] == f"about {minutes} min", ch.number
+    assert course.sitting(load(course.CHAPTERS[0]))[0] == "about 10 min"  # the course map: no core path
+
+
 def _bound_names(source: str) -> set[str]:
     tree = ast.parse(TransformerManager().transform_cell(source))
     names = set()

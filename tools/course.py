@@ -161,12 +161,15 @@ def sitting(nb, language: str = "en") -> tuple[str, str]:
     """How long a chapter takes and what it needs, from the notebook itself: ``("about 60 min", "CPU")``.
 
     The time is an estimate: its core path read at 150 words a minute, 1.5 minutes for each of its code
-    cells and 8 for each exercise (a check it imports), rounded to 5 minutes. It needs a CPU; cells tagged
-    ``requires-cuda`` / ``requires-multi-gpu`` run where one or two GPUs are and say *Skipped* elsewhere."""
+    cells and 8 for each exercise (a ``### Exercise`` heading), rounded to 5 minutes. The course map (00) has
+    no core path and one warm-up: a fixed 10 minutes. It needs a CPU; cells tagged ``requires-cuda`` /
+    ``requires-multi-gpu`` run where one or two GPUs are and say *Skipped* elsewhere."""
     words, code = core_size(nb)
-    exercises = sum(len(re.findall(r"\bcheck_\w+", c["source"].split("import", 1)[1]))
-                    for c in nb.cells if c["cell_type"] == "code" and c["source"].startswith("from utils.exercises"))
-    minutes = 5 * round((words / 150 + 1.5 * code + 8 * exercises) / 5)
+    exercises = sum(c["cell_type"] == "markdown" and bool(re.match(r"### Exercise\b", c["source"].lstrip()))
+                    for c in nb.cells)
+    has_core = any(c["cell_type"] == "markdown" and c["source"].lstrip().startswith("## What you will learn")
+                   for c in nb.cells)
+    minutes = 5 * round((words / 150 + 1.5 * code + 8 * exercises) / 5) if has_core else 10
     tags = {t for c in nb.cells if c["cell_type"] == "code" for t in _tags(c)}
     needs = ("CPU; some cells use 2 GPUs" if "requires-multi-gpu" in tags
              else "CPU; some cells use a GPU" if "requires-cuda" in tags else "CPU")

@@ -1,6 +1,6 @@
 """The init explorer: what an initialization scheme does to the signal in a deep stack of layers.
 
-Used by chapter 02 (§ 7). Three layers, each usable without the next:
+Used by chapter 02 (§ 4). Three layers, each usable without the next:
 
 * :func:`explore` (pure, CPU, seeded) builds a stack of ``depth`` linear layers, the first
   ``fan_in → width`` and the others ``width → width``, initializes every weight with one scheme

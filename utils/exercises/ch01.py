@@ -1,7 +1,11 @@
 """Checks for chapter 01 · Layers and blocks.
 
-Each check builds its own small, seeded layers on the CPU (and on ``meta`` for the device property, which
-costs nothing) and leaves the global random generator as it found it.
+Each check builds its own small, seeded layers on the CPU and leaves the global random generator as it found it.
+The chapter teaches no device but the CPU, and the checks use no other (the ``meta`` device would load sympy and
+``torch._dynamo`` on its first operation): a float64 configuration shows a tensor that an answer made itself,
+with the default dtype, and :class:`~utils.exercises.ch00.TorchCalls` sees what an answer asked torch for, so
+that a hint names a cause (a ``.detach()``, a tensor made without ``device=``, a move to ``"cpu"``) only where
+the check saw it.
 """
 
 from __future__ import annotations
@@ -10,19 +14,21 @@ import torch
 from torch import nn
 
 from utils.checks import exercise, expect, keeps_global_rng, learner_code
+from utils.exercises.ch00 import TorchCalls
 from utils.i18n import N_, _
 
 __all__ = ["check_clones", "check_parallel", "check_router"]
 
 
-def _seeded_linear(n_in: int, n_out: int, seed: int) -> nn.Linear:
-    """An ``nn.Linear`` with values drawn from its own generator (the global one is not touched)."""
-    gen = torch.Generator().manual_seed(seed)
-    layer = nn.Linear(n_in, n_out, device="meta").to_empty(device="cpu")
-    with torch.no_grad():
-        layer.weight.copy_(torch.randn(n_out, n_in, generator=gen))
-        layer.bias.copy_(torch.randn(n_out, generator=gen))
-    return layer
+def _linear(n_in: int, n_out: int, seed: int, dtype: torch.dtype = torch.float32) -> nn.Linear:
+    """An ``nn.Linear`` drawn from ``seed`` (the checks run under ``keeps_global_rng``: the learner's generator
+    is restored)."""
+    torch.manual_seed(seed)
+    return nn.Linear(n_in, n_out, dtype=dtype)
+
+
+def _randn(*shape: int, seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
 
 
 def _shape(value: object) -> object:
@@ -38,23 +44,47 @@ def _causes(table: dict[str, str]) -> dict[str, str]:
     return {piece: _(cause) for piece, cause in table.items()}
 
 
-# ---------------------------------------------------------------- Exercise 1
-
-
-def _expect_gradients_reach(out: object, params, what: str, *, nonzero: bool, detached: str, missing: str) -> None:
-    """``out`` requires grad, and a backward from it gives every tensor in ``params`` a gradient (``nonzero``:
-    one that is not all zeros)."""
-    expect(out.requires_grad, detached)
-    with learner_code(_("backpropagating through {what}").format(what=what)):
-        out.sum().backward()
-    expect(all(p.grad is not None and (not nonzero or bool(p.grad.abs().sum() > 0)) for p in params), missing)
-
-
 #: An error of __init__ whose cause is known, whatever the exercise.
 _NO_SUPER = {
     "cannot assign module before Module.__init__() call": N_("__init__ assigned a module before nn.Module's own "
     "__init__ had run: call super().__init__() first, then store the modules"),
 }
+
+
+def _plain_holder(module: nn.Module, target: nn.Module) -> tuple[str, str] | None:
+    """``(attribute, "list")`` when ``module`` keeps ``target`` in a plain list, tuple or dict attribute."""
+    for attr, value in vars(module).items():
+        if attr in ("_modules", "_parameters", "_buffers"):  # nn.Module's own registries
+            continue
+        held = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
+        if any(item is target for item in held):
+            return attr, type(value).__name__
+    return None
+
+
+def _cut(seen: TorchCalls) -> str:
+    """What kept the gradient from where it must go, among the calls the check saw; else that it is not known."""
+    if seen.no_grad:
+        return _("your code ran with gradient recording off (torch.no_grad() or torch.inference_mode()): leave it on")
+    calls = [call for name, call in ((".detach", ".detach()"), (".data", ".data")) if name in seen.names]
+    if ".clone" in seen.names and calls in ([], [".data"]):  # copy.deepcopy reads a parameter's .data and clones it
+        return _("your code copied tensors (.clone(), or copy.deepcopy, which clones every parameter), and the "
+                 "gradient went to the copies: use the modules and tensors themselves")
+    return (_("your code cut the gradient with {calls}: use the tensors themselves").format(calls=", ".join(calls))
+            if calls else _("why is not known from here"))
+
+
+def _expect_gradient(out: object, inputs: list[torch.Tensor], seen: TorchCalls, what: str, hint: str) -> None:
+    """A backward from ``out`` gives every tensor in ``inputs`` a gradient that is not all zeros. ``hint`` is the
+    message, with ``{cause}`` for what cut the gradient."""
+    expect(isinstance(out, torch.Tensor) and out.requires_grad,
+           _("{what} does not require grad, so no gradient flows back: {cause}").format(what=what, cause=_cut(seen)))
+    with learner_code(_("backpropagating through {what}").format(what=what)):
+        out.sum().backward()
+    expect(all(t.grad is not None and bool(t.grad.abs().sum() > 0) for t in inputs), hint.format(cause=_cut(seen)))
+
+
+# ---------------------------------------------------------------- Exercise 1
 
 
 def _parallel_shape_hint(y: torch.Tensor, x: torch.Tensor, net1: nn.Module, net2: nn.Module) -> str:
@@ -81,6 +111,32 @@ def _parallel_shape_hint(y: torch.Tensor, x: torch.Tensor, net1: nn.Module, net2
     return _("two branches of widths 4 and 4 on a batch of 3 give shape (3, 8); got {shape}").format(shape=got)
 
 
+def _expect_where_the_nets_put_it(y: torch.Tensor, seen: TorchCalls) -> None:
+    """The output is no tensor that forward made without ``device=``, nor moved to a device written out."""
+    expect(not seen.fixed_moves, _("forward moves its result to a fixed device ({calls}): on a GPU that takes it away "
+                                   "from x; leave the output where the nets put it").format(
+                                       calls=", ".join(seen.fixed_moves)))
+    made = seen.maker(y)
+    expect(made is None or made[1].get("device") is not None,
+           _("forward returns a tensor that torch.{function} made without device=: on a GPU it would be made on the "
+             "CPU, away from x. torch.cat of the two outputs needs no tensor of your own (or pass "
+             "device=x.device)").format(function=made[0] if made else ""))
+
+
+def _float64_hint(y: torch.Tensor, seen: TorchCalls) -> str:
+    """Why float64 nets gave another dtype, from what forward was seen doing."""
+    made = seen.maker(y)
+    if made is not None and made[1].get("dtype") is None:
+        return _("forward returns a tensor that torch.{function} made without dtype=, so with the default dtype, "
+                 "float32: torch.cat of the two outputs needs no tensor of your own (or pass dtype=x.dtype)").format(
+                     function=made[0])
+    converted = sorted({".float", ".double", ".half", ".to", ".type"} & seen.names)
+    if converted:
+        return _("forward converted the output ({calls}): return the nets' outputs as they are").format(
+            calls=", ".join(converted))
+    return _("why is not known from here: return the nets' outputs as they are, concatenated")
+
+
 @exercise("Exercise 1 · A parallel block")
 @keeps_global_rng
 def check_parallel(cls: type[nn.Module]) -> None:
@@ -88,20 +144,18 @@ def check_parallel(cls: type[nn.Module]) -> None:
     built = _("building your block as cls(net1, net2)")
     called = _("calling your block on a batch x")
     # Square layers first: a chain of the two nets runs without an error here, and must still fail.
-    net1, net2 = _seeded_linear(4, 4, 1), _seeded_linear(4, 4, 2)
-    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(3))
-    given_values = [t.clone() for t in (*net1.parameters(), *net2.parameters())]
+    net1, net2 = _linear(4, 4, 1), _linear(4, 4, 2)
+    x = _randn(3, 4, seed=3)
+    given = [*net1.parameters(), *net2.parameters()]
+    values = [p.detach().clone() for p in given]
     with learner_code(built, _("not known from here: the error is in your __init__(self, net1, net2)"),
                       causes=_causes(_NO_SUPER)):
         block = cls(net1, net2)
     expect(isinstance(block, nn.Module), _("Parallel must subclass nn.Module"))
-    expect(
-        all(torch.equal(t, before) for t, before in zip((*net1.parameters(), *net2.parameters()), given_values,
-                                                        strict=True)),
-        _("building the block changed the given nets' values: keep them as they are given (they may be trained "
-          "already); no reset_parameters() or re-initialization in __init__"),
-    )
-    with learner_code(called, _("not known from here: the error is in your forward(self, x)")):
+    expect(all(map(torch.equal, given, values)),
+           _("building the block changed the given nets' values: keep them as they are given (they may be trained "
+             "already); no reset_parameters() or re-initialization in __init__"))
+    with learner_code(called, _("not known from here: the error is in your forward(self, x)")), TorchCalls() as seen:
         y = block(x)
     expect(isinstance(y, torch.Tensor), _("forward must return one tensor, got {type}").format(type=type(y).__name__))
     expect(y.shape == (3, 8), _parallel_shape_hint(y, x, net1, net2))
@@ -112,27 +166,24 @@ def check_parallel(cls: type[nn.Module]) -> None:
     if torch.allclose(y[:, :4], b) and torch.allclose(y[:, 4:], a):
         expect(False, _("the outputs are in the wrong order: net1(x) comes first, then net2(x)"))
     expect(torch.allclose(y[:, :4], a), _("the first 4 columns must be net1(x), with x the block's own input"))
-    expect(
-        torch.allclose(y[:, 4:], b),
-        _("the last 4 columns must be net2(x): net2 sees the same input x as net1, not net1's output"),
-    )
+    expect(torch.allclose(y[:, 4:], b),
+           _("the last 4 columns must be net2(x): net2 sees the same input x as net1, not net1's output"))
+    _expect_where_the_nets_put_it(y, seen)
 
     # Registration, checked on a fresh block before any forward: right after construction.
     with learner_code(built):
         fresh = cls(net1, net2)
     own = {id(p) for p in fresh.parameters()}
-    given = [*net1.parameters(), *net2.parameters()]
     if not all(id(p) in own for p in given):
-        expect(
-            len(own) < len(given),
-            _("the block's parameters are not the given nets' parameters: store net1 and net2 themselves, "
-              "not copies, so that training the block trains them"),
-        )
-        expect(
-            False,
-            _("right after Parallel(net1, net2) is built, both nets' parameters must be registered: assign each "
-              "net to an attribute (or put both in an nn.ModuleList); a plain list or dict hides them"),
-        )
+        expect(len(own) < len(given), _("the block's parameters are not the given nets' parameters: store net1 and "
+                                        "net2 themselves, not copies, so that training the block trains them"))
+        hidden = next(filter(None, (_plain_holder(fresh, net) for net in (net1, net2))), None)
+        expect(hidden is None, _("right after Parallel(net1, net2) is built, the nets sit in a plain {kind}, "
+                                 "self.{attribute}, which parameters(), .to() and optimizers do not see: assign each "
+                                 "net to an attribute, or put both in an nn.ModuleList").format(
+                                     kind=hidden[1] if hidden else "", attribute=hidden[0] if hidden else ""))
+        expect(False, _("right after Parallel(net1, net2) is built, both nets' parameters must be registered: assign "
+                        "each net to an attribute, or put both in an nn.ModuleList"))
     expect(
         all(any(module is net for module in fresh.modules()) for net in (net1, net2)),
         _("register net1 and net2 themselves as submodules (self.net1 = net1, or nn.ModuleList([net1, net2])), "
@@ -150,11 +201,12 @@ def check_parallel(cls: type[nn.Module]) -> None:
           "{shape}: keep the batch dimension (no squeeze())").format(shape=_shape(y1)),
     )
 
-    # Branches of different widths, one of them 1, on 5 input features, the second branch a small network of
-    # its own: a chain cannot even run here, a squeeze breaks it, and so does reading a Linear's sizes.
-    wide1 = _seeded_linear(5, 1, 4)
-    wide2 = nn.Sequential(_seeded_linear(5, 3, 5), nn.Tanh(), _seeded_linear(3, 5, 6))
-    x5 = torch.randn(3, 5, generator=torch.Generator().manual_seed(7))
+    # Branches of widths 1 and 5 on 5 input features, the second a small network of its own, in float64: a chain
+    # cannot even run here, a squeeze breaks it, reading a Linear's sizes fails, and a tensor made in forward
+    # has the default dtype.
+    wide1 = _linear(5, 1, 4, torch.float64)
+    wide2 = nn.Sequential(_linear(5, 3, 5, torch.float64), nn.Tanh(), _linear(3, 5, 6, torch.float64))
+    x5 = _randn(3, 5, seed=7, dtype=torch.float64)
     any_module = {
         "'Sequential' object has no attribute": _("a net can be any module, here an nn.Sequential, which has no "
         "weight, in_features or out_features: call each net and read the widths from its output (torch.cat needs "
@@ -163,7 +215,8 @@ def check_parallel(cls: type[nn.Module]) -> None:
     with learner_code(_("building your block as cls(net1, net2) with net2 an nn.Sequential"), causes=any_module):
         wide = cls(wide1, wide2)
     with learner_code(
-        _("calling your block on a batch x of 5 features, with branches of widths 1 and 5 (net2 an nn.Sequential)"),
+        _("calling your block on a float64 batch x of 5 features, with float64 branches of widths 1 and 5 (net2 an "
+          "nn.Sequential)"),
         _("not known from here. Unlike the first batch, x has 5 features, net1 gives 1 column and net2 is an "
           "nn.Sequential: feed x as it comes to both nets and keep each output as it is, (n, width)"),
         causes={
@@ -171,63 +224,30 @@ def check_parallel(cls: type[nn.Module]) -> None:
             "must have same number of dimensions": _("a branch's output lost a dimension: a width-1 output squeezed "
             "(squeeze(), squeeze(-1)) has shape (n,), not (n, 1); keep each output as it is"),
         },
-    ):
+    ), TorchCalls() as seen:
         z = wide(x5)
     expect(
         isinstance(z, torch.Tensor) and z.shape == (3, 6),
         _("branches of widths 1 and 5 must give 6 output columns, shape (3, 6); got {shape}").format(shape=_shape(z)),
     )
+    expect(z.dtype == torch.float64, _("float64 nets gave a {dtype} output: {cause}").format(
+        dtype=str(z.dtype).removeprefix("torch."), cause=_float64_hint(z, seen)))
     with torch.no_grad():
-        expect(
-            torch.allclose(z[:, :1], wide1(x5)) and torch.allclose(z[:, 1:], wide2(x5)),
-            _("with branches of widths 1 and 5, the columns must be net1(x) then net2(x)"),
-        )
+        expect(torch.allclose(z[:, :1], wide1(x5)) and torch.allclose(z[:, 1:], wide2(x5)),
+               _("with branches of widths 1 and 5, the columns must be net1(x) then net2(x)"))
+    _expect_where_the_nets_put_it(z, seen)
 
-    # Gradients flow into both given nets.
-    _expect_gradients_reach(
-        y, given, _("your block's output"), nonzero=True,
-        detached=_("the output does not require grad, so no gradient reaches the nets: do not .detach() the branch "
-                   "outputs or use .data"),
-        missing=_("gradients must reach both nets' weights and biases: do not .detach() the branch outputs or use "
-                  ".data"),
-    )
-
-    # ... and on into the input, through both branches: layers before the block learn from both nets.
+    # Gradients flow into both given nets, and on into x through both: layers before the block learn too.
     x_in = x.clone().requires_grad_()
-    with learner_code(called):
+    with learner_code(called), TorchCalls() as seen:
         y_in = block(x_in)
-    with learner_code(_("backpropagating through your block's output")):
-        y_in.sum().backward()
+    _expect_gradient(y_in, given, seen, _("your block's output"),
+                     _("gradients must reach both nets' weights and biases: {cause}"))
     with torch.no_grad():
-        through_both = (net1.weight.sum(0) + net2.weight.sum(0)).expand_as(x)   # d(sum of outputs)/dx
-    expect(
-        x_in.grad is not None and torch.allclose(x_in.grad, through_both),
-        _("the gradient must flow back to x through both nets, so that layers before the block learn: feed x "
-          "itself to each net, not x.detach() or x.data"),
-    )
-
-    # The output lands on the input's device, with the nets' dtype (meta tensors have no values: this costs
-    # nothing; float64 nets show a buffer made with the default dtype).
-    meta1, meta2 = (nn.Linear(4, n, device="meta", dtype=torch.float64) for n in (4, 5))
-    with learner_code(built):
-        on_meta = cls(meta1, meta2)
-    with learner_code(
-        _("calling your block on a batch x whose float64 nets and x live on the 'meta' device"),
-        _("a tensor created inside forward (torch.zeros, torch.empty, torch.tensor) lands on the default device "
-          "unless you pass device=x.device; torch.cat of the outputs needs no new tensor"),
-    ):
-        m = on_meta(torch.empty(3, 4, device="meta", dtype=torch.float64))
-    expect(
-        isinstance(m, torch.Tensor) and m.device.type == "meta" and m.shape == (3, 9),
-        _("with nets and input on one device, the output must be on that device too, shape (3, 9): create "
-          "nothing on the default device inside forward"),
-    )
-    expect(
-        m.dtype == torch.float64,
-        _("float64 nets gave a {dtype} output: a tensor created inside forward gets "
-          "the default dtype (float32) unless you pass dtype=x.dtype as well; torch.cat of the outputs needs no "
-          "new tensor").format(dtype=str(m.dtype).removeprefix("torch.")),
-    )
+        through_both = (net1.weight.sum(0) + net2.weight.sum(0)).expand_as(x)  # d(sum of outputs)/dx
+    expect(x_in.grad is not None and torch.allclose(x_in.grad, through_both),
+           _("the gradient must flow back to x through both nets, so that layers before the block learn: {cause}")
+           .format(cause=_cut(seen)))
 
 
 # ---------------------------------------------------------------- Exercise 2
@@ -247,14 +267,35 @@ _ANY_HEAD = {
 
 def _other_heads() -> dict[str, nn.Module]:
     """A second set of heads: other names, one head a small network of its own."""
-    return {
-        "topic": nn.Sequential(_seeded_linear(6, 8, 13), nn.ReLU(), _seeded_linear(8, 2, 14)),
-        "sentiment": _seeded_linear(6, 1, 15),
-    }
+    return {"topic": nn.Sequential(_linear(6, 8, 13), nn.ReLU(), _linear(8, 2, 14)), "sentiment": _linear(6, 1, 15)}
+
+
+def _expect_registered(fresh: nn.Module, heads: dict[str, nn.Module]) -> None:
+    """Each given head is a submodule of ``fresh`` (a router before any forward), under its task's name."""
+    found = dict(fresh.named_modules(remove_duplicate=False))
+    for task, head in heads.items():
+        where = [name for name, module in found.items() if module is head]
+        if any(name.rsplit(".", 1)[-1] == task for name in where):
+            continue
+        expect(not where, _("heads[{task}] is registered as {name}, not under its name {task}: nn.ModuleDict(heads) "
+                            "keeps the names (an nn.ModuleList numbers them)").format(
+                                task=repr(task), name=repr(where[0]) if where else ""))
+        expect(not any(name.rsplit(".", 1)[-1] == task for name in found),
+               _("a module named {task} is registered, but it is not the head you were given: register the given "
+                 "modules, not copies, so that training the router trains them").format(task=repr(task)))
+        hidden = _plain_holder(fresh, head)
+        expect(hidden is None, _("right after Router(heads) is built, heads[{task}] sits in a plain {kind}, "
+                                 "self.{attribute}, which parameters(), .to() and optimizers do not see: use "
+                                 "nn.ModuleDict(heads)").format(
+                                     task=repr(task), kind=hidden[1] if hidden else "",
+                                     attribute=hidden[0] if hidden else ""))
+        expect(False, _("right after Router(heads) is built, heads[{task}] must be registered under its name: use "
+                        "nn.ModuleDict(heads)").format(task=repr(task)))
 
 
 def _check_routes(cls: type[nn.Module], heads: dict[str, nn.Module], x: torch.Tensor, trained: str) -> nn.Module:
-    """Build a router over ``heads``; check registration, every route and the gradient into ``heads[trained]``."""
+    """Build a router over ``heads``; check registration, every route, and the gradients through
+    ``heads[trained]`` into its parameters and into ``x``, in training and in evaluation mode."""
     names = ", ".join(repr(task) for task in heads)
     built = _("building your router as cls(heads) with heads named {names}").format(names=names)
     hint_call = _("not known from here: the error is in your forward(self, x, task), which returns heads[task](x)")
@@ -264,49 +305,22 @@ def _check_routes(cls: type[nn.Module], heads: dict[str, nn.Module], x: torch.Te
         try:
             router = cls(heads)
         except KeyError as err:
-            expect(
-                False,
-                _("building the router over heads named {names} looked up the name {name}, which is not "
-                  "one of them: take the names from the dict you are given (nn.ModuleDict(heads) keeps them all), "
-                  "not from a fixed list").format(names=names, name=repr(err.args[0])),
-            )
+            expect(False, _("building the router over heads named {names} looked up the name {name}, which is not "
+                            "one of them: take the names from the dict you are given (nn.ModuleDict(heads) keeps "
+                            "them all), not from a fixed list").format(names=names, name=repr(err.args[0])))
     expect(isinstance(router, nn.Module), _("Router must subclass nn.Module"))
     with learner_code(_("calling router(x, {task})").format(task=repr(first)), hint_call, causes=_causes(_ANY_HEAD)):
         try:
             out = router(x, first)
         except (KeyError, TypeError) as err:
             # The batch was used as the task's name: the arguments are taken in the wrong order.
-            expect(
-                not (err.args and isinstance(err.args[0], torch.Tensor)),
-                _("the batch x was looked up as a task's name: {order}").format(order=_(_ORDER)),
-            )
+            expect(not (err.args and isinstance(err.args[0], torch.Tensor)),
+                   _("the batch x was looked up as a task's name: {order}").format(order=_(_ORDER)))
             raise
 
-    # Registration under each task's name, on a fresh router before any forward.
     with learner_code(built):
-        fresh = cls(heads)
-    found = {name: module for name, module in fresh.named_modules(remove_duplicate=False)}
-    for task, head in heads.items():
-        where = [name for name, module in found.items() if module is head]
-        if any(name.rsplit(".", 1)[-1] == task for name in where):
-            continue
-        if where:
-            expect(
-                False,
-                _("heads[{task}] is registered as {name}, not under its name {task}: "
-                  "nn.ModuleDict(heads) keeps the names (an nn.ModuleList numbers them)").format(
-                      task=repr(task), name=repr(where[0])),
-            )
-        expect(
-            not any(name.rsplit(".", 1)[-1] == task for name in found),
-            _("a module named {task} is registered, but it is not the head you were given: register the "
-              "given modules, not copies, so that training the router trains them").format(task=repr(task)),
-        )
-        expect(
-            False,
-            _("right after Router(heads) is built, heads[{task}] must be registered under its name: a plain dict "
-              "hides it from parameters(), .to() and optimizers; use nn.ModuleDict(heads)").format(task=repr(task)),
-        )
+        fresh = cls(heads)  # registration is checked before any forward
+    _expect_registered(fresh, heads)
 
     expect(isinstance(out, torch.Tensor), _("router(x, {task}) must return a tensor, got {type}").format(
         task=repr(first), type=type(out).__name__))
@@ -318,57 +332,50 @@ def _check_routes(cls: type[nn.Module], heads: dict[str, nn.Module], x: torch.Te
             want = head(x)
         expect(_same(out, want), _("router(x, {task}) must return heads[{task}](x)").format(task=repr(task)))
 
-    # Gradients reach the chosen head, so that training the router trains it.
-    with learner_code(_("calling router(x, {task})").format(task=repr(trained)), hint_call, causes=_causes(_ANY_HEAD)):
-        out = router(x, trained)
-    _expect_gradients_reach(
-        out, heads[trained].parameters(), f"router(x, {trained!r})", nonzero=False,
-        detached=_("router(x, {task}) does not require grad, so no gradient reaches the heads and they never "
-                   "train: do not .detach() the output, use .data or run forward under torch.no_grad()").format(
-                       task=repr(trained)),
-        missing=_("gradients must reach every parameter of heads[{task}]: return heads[task](x) itself, not a "
-                  "copy of it").format(task=repr(trained)),
-    )
-    return router
+    # Gradients flow through the chosen head into its parameters and back into x, whatever the mode: eval()
+    # changes what dropout and batch norm do, not where gradients go.
+    head = heads[trained]
+    for mode in ("train", "eval"):
+        getattr(router, mode)()
+        x_in = x.clone().requires_grad_()
+        call = (_("router(x, {task}) in training mode") if mode == "train"
+                else _("router(x, {task}) in evaluation mode, after router.eval()")).format(task=repr(trained))
+        with learner_code(_("calling {call}").format(call=call), hint_call, causes=_causes(_ANY_HEAD)), \
+                TorchCalls() as seen:
+            out = router(x_in, trained)
+        for p in head.parameters():
+            p.grad = None
+        _expect_gradient(out, [*head.parameters(), x_in], seen, call,
+                         _("gradients must reach every parameter of heads[{task}] and flow back to x: {cause}").format(
+                             task=repr(trained), cause="{cause}"))
+        x_ref = x.clone().requires_grad_()
+        (want,) = torch.autograd.grad(head(x_ref).sum(), x_ref)
+        expect(torch.allclose(x_in.grad, want),
+               _("the gradient that reaches x must be the one heads[{task}](x) gives, in {call}").format(
+                   task=repr(trained), call=call))
+    return router.train()
 
 
 @exercise("Exercise 2 · A router over named heads")
 @keeps_global_rng
 def check_router(cls: type[nn.Module]) -> None:
     """``cls(heads: dict[str, nn.Module])``; ``forward(x, task)`` applies ``heads[task]``, all registered."""
-    hint_call = _("not known from here: the error is in your forward(self, x, task), which returns heads[task](x)")
-    heads = {task: _seeded_linear(6, width, seed) for task, (width, seed) in _HEADS.items()}
-    x = torch.randn(5, 6, generator=torch.Generator().manual_seed(12))
-    router = _check_routes(cls, heads, x, "label")
+    heads = {task: _linear(6, width, seed) for task, (width, seed) in _HEADS.items()}
+    router = _check_routes(cls, heads, _randn(5, 6, seed=12), "label")
     # Other names, a head that is a network of its own, another batch size.
-    _check_routes(cls, _other_heads(), torch.randn(2, 6, generator=torch.Generator().manual_seed(16)), "topic")
+    _check_routes(cls, _other_heads(), _randn(2, 6, seed=16), "topic")
 
     with learner_code(_("calling router.to(torch.float64)")):
         router.to(torch.float64)
-    expect(
-        all(p.dtype == torch.float64 for h in heads.values() for p in h.parameters()),
-        _(".to(torch.float64) must convert every head: a plain dict hides them from .to()"),
-    )
-    with learner_code(_("calling router(x, 'label') on a float64 batch after .to(torch.float64)"), hint_call):
-        out = router(x.double(), "label")
-    expect(_same(out, heads["label"](x.double())), _("after .to(torch.float64), router(x, 'label') must still work"))
-
-    # Heads and batch on another device ('meta' stands in for a GPU): the router follows them.
-    placed = _("the router must not pick a device: keep the heads where they are given and use x as it comes "
-               "(no .to(device), .cuda() or .cpu() inside the router); the caller moves it with router.to(device)")
-    meta_heads = {task: nn.Linear(6, width, device="meta") for task, (width, _) in _HEADS.items()}
-    off_meta = {"meta": placed}  # an error that takes a meta tensor off its device
-    with learner_code(_("building your router as cls(heads) with heads on the 'meta' device"),
-                      _("not known from here: the error is in your __init__(self, heads)"), causes=off_meta):
-        on_meta = cls(meta_heads)
-    with learner_code(_("calling router(x, 'box') with heads and x on the 'meta' device"), hint_call,
-                      causes=off_meta):
-        m = on_meta(torch.empty(5, 6, device="meta"), "box")
-    expect(
-        isinstance(m, torch.Tensor) and m.device.type == "meta" and m.shape == (5, 4),
-        _("with the heads and x on one device, the output must be there too, shape (5, 4): {advice}").format(
-            advice=placed),
-    )
+    expect(all(p.dtype == torch.float64 for h in heads.values() for p in h.parameters()),
+           _(".to(torch.float64) must convert every head, and some stayed float32: why is not known from here "
+             "(every head is registered)"))
+    x = _randn(5, 6, seed=12, dtype=torch.float64)
+    with learner_code(_("calling router(x, 'label') on a float64 batch after .to(torch.float64)"),
+                      _("not known from here: the error is in your forward(self, x, task), which returns "
+                        "heads[task](x)")):
+        out = router(x, "label")
+    expect(_same(out, heads["label"](x)), _("after .to(torch.float64), router(x, 'label') must still work"))
 
 
 # ---------------------------------------------------------------- Exercise 3
@@ -380,8 +387,8 @@ def _tensors(module: nn.Module) -> dict[str, torch.Tensor]:
 
 def _frozen_block() -> nn.Module:
     """A small block whose values differ from a fresh one, in eval mode, with non-default buffers."""
+    block = nn.Sequential(_linear(3, 4, 20), nn.BatchNorm1d(4))
     gen = torch.Generator().manual_seed(21)
-    block = nn.Sequential(_seeded_linear(3, 4, 20), nn.BatchNorm1d(4, device="meta").to_empty(device="cpu"))
     with torch.no_grad():
         block[1].weight.copy_(torch.rand(4, generator=gen) + 0.5)
         block[1].bias.copy_(torch.randn(4, generator=gen))
@@ -397,11 +404,11 @@ def _modes(module: nn.Module) -> list[tuple[str, bool]]:
 
 
 def _state(module: nn.Module) -> tuple[list[tuple[str, bool]], dict[str, torch.Tensor]]:
-    """What clones must leave as it found it: the modes, and a copy of every value (meta ones have none)."""
-    return _modes(module), {k: t.detach().clone() for k, t in _tensors(module).items() if t.device.type != "meta"}
+    """What clones must leave as it found it: the modes, and a copy of every value."""
+    return _modes(module), {k: t.detach().clone() for k, t in _tensors(module).items()}
 
 
-def _check_copies(copies: object, module: nn.Module, n: int, call: str, before) -> None:
+def _check_copies(copies: object, module: nn.Module, n: int, call: str, before, seen: TorchCalls) -> None:
     modes, values = before
     original = _tensors(module)
     expect(
@@ -428,6 +435,9 @@ def _check_copies(copies: object, module: nn.Module, n: int, call: str, before) 
         _("{call} contains the original module itself: every entry must be a copy, independent of the original").format(
             call=call),
     )
+    expect(not seen.moves, _("each copy must stay on the module's device, and {call} moved tensors ({calls}): "
+                             "copy.deepcopy keeps them where they are, do not move the copies").format(
+                                 call=call, calls=", ".join(seen.moves)))
     for c in copies:
         mine = _tensors(c)
         expect(
@@ -448,38 +458,34 @@ def _check_copies(copies: object, module: nn.Module, n: int, call: str, before) 
               "copy.deepcopy keeps the flags; do not freeze the copies with requires_grad_(False)"),
         )
         shared = [k for k in original if mine[k] is original[k]]
-        if shared:
-            expect(
-                False,
-                _("a copy shares {name} with the original: copy.copy is shallow (it keeps the same Parameter "
-                  "objects); use copy.deepcopy").format(name=repr(shared[0])),
-            )
-    seen = {(t.device.type, t.untyped_storage().data_ptr()) for t in original.values() if t.device.type != "meta"}
+        expect(not shared, _("a copy shares {name} with the original: copy.copy is shallow (it keeps the same "
+                             "Parameter objects); use copy.deepcopy").format(name=repr(shared[0]) if shared else ""))
+    seen_memory = {t.untyped_storage().data_ptr() for t in original.values()}
     for c in copies:
         for k, t in _tensors(c).items():
-            if t.device.type == "meta":
-                continue
-            key = (t.device.type, t.untyped_storage().data_ptr())
-            expect(
-                key not in seen,
-                _("{name} of a copy shares its memory with the module or another copy: each copy needs tensors of "
-                  "its own (copy.deepcopy gives them)").format(name=repr(k)),
-            )
-            seen.add(key)
+            ptr = t.untyped_storage().data_ptr()
+            expect(ptr not in seen_memory, _("{name} of a copy shares its memory with the module or another copy: "
+                                             "each copy needs tensors of its own (copy.deepcopy gives them)").format(
+                                                 name=repr(k)))
+            seen_memory.add(ptr)
+    shown = ", ".join(f"{name} {'train' if training else 'eval'}" for name, training in modes)
+    drawn = sorted({".uniform_", ".normal_", ".random_", "kaiming_uniform_", "rand", "randn"} & seen.names)
+    converted = sorted({".float", ".double", ".half", ".to", ".type"} & seen.names)
     for c in copies:
         mine = _tensors(c)
         for k, t in original.items():
-            expect(
-                mine[k].device == t.device,
-                _("each copy must stay on the module's device ({device}); {name} is on {copy_device}: "
-                  "do not move the copies").format(device=t.device, name=repr(k), copy_device=mine[k].device),
-            )
-            expect(
-                mine[k].dtype == t.dtype and (t.device.type == "meta" or torch.equal(mine[k].detach(), t.detach())),
-                _("each copy must start with the module's values: {name} differs. copy.deepcopy copies parameters "
-                  "and buffers; building a new layer (or reset_parameters) draws new ones").format(name=repr(k)),
-            )
-        shown = ", ".join(f"{name} {'train' if training else 'eval'}" for name, training in modes)
+            expect(mine[k].dtype == t.dtype, _("each copy must keep the module's dtypes: {name} is {dtype} in a copy, "
+                                               "{module_dtype} in the module; {cause}").format(
+                                                   name=repr(k), dtype=mine[k].dtype, module_dtype=t.dtype,
+                                                   cause=(_("clones converted it ({calls})").format(
+                                                       calls=", ".join(converted)) if converted
+                                                          else _("why is not known from here"))))
+            expect(torch.equal(mine[k].detach(), t.detach()),
+                   _("each copy must start with the module's values: {name} differs. {cause}").format(
+                       name=repr(k), cause=_("clones drew new values ({calls}): copy.deepcopy copies parameters and "
+                                             "buffers, a new layer or reset_parameters() draws new ones").format(
+                                                 calls=", ".join(drawn)) if drawn
+                       else _("Why is not known from here: copy.deepcopy copies parameters and buffers")))
         expect(
             _modes(c) == modes,
             _("each copy must be in the module's train/eval mode, submodule by submodule (here: {modes}): "
@@ -488,26 +494,40 @@ def _check_copies(copies: object, module: nn.Module, n: int, call: str, before) 
         )
 
 
+_ANY_MODULE = {
+    "object has no attribute": N_("clones(module, n) must work for any module, whatever its class and arguments: "
+                                  "copy.deepcopy(module)"),
+}
+
+
+def _clones(clones, module: nn.Module, n: int, calling: str, call: str) -> nn.ModuleList:
+    """Run ``clones(module, n)`` and check the copies it returns."""
+    before = _state(module)
+    with learner_code(calling, _("not known from here: the error is in clones(module, n)"),
+                      causes=_causes(_ANY_MODULE)), TorchCalls() as seen:
+        copies = clones(module, n)
+    _check_copies(copies, module, n, call, before, seen)
+    return copies
+
+
 @exercise("Exercise 3 · N independent copies")
 @keeps_global_rng
 def check_clones(clones) -> None:
     """``clones(module, n)``: an ``nn.ModuleList`` of ``n`` deep copies (same values, device and mode)."""
-    hint = _("not known from here: the error is in clones(module, n)")
-    any_module = {
-        "object has no attribute": _("clones(module, n) must work for any module, whatever its class and "
-                                     "arguments: copy.deepcopy(module)"),
-    }
-    layer = _seeded_linear(3, 4, 30)
-    before = _state(layer)
-    with learner_code(_("calling clones(layer, 3) on an nn.Linear(3, 4)"), hint, causes=any_module):
-        copies = clones(layer, 3)
-    _check_copies(copies, layer, 3, "clones(layer, 3)", before)
+    layer = _linear(3, 4, 30)
+    copies = _clones(clones, layer, 3, _("calling clones(layer, 3) on an nn.Linear(3, 4)"), "clones(layer, 3)")
+    # Each copy trains on its own: a backward through one reaches its parameters only, and an edit stays in it.
+    copies[0](_randn(2, 3, seed=31)).sum().backward()
+    expect(
+        all(p.grad is not None for p in copies[0].parameters())
+        and all(p.grad is None for p in (*layer.parameters(), *copies[1].parameters())),
+        _("a backward through copy 0 must give gradients to copy 0's parameters only, not to the module's or "
+          "another copy's: each copy computes with its own parameters"),
+    )
     with torch.no_grad():
         copies[0].weight.add_(1.0)
-    expect(
-        torch.equal(copies[1].weight, layer.weight) and not torch.equal(copies[0].weight, layer.weight),
-        _("changing one copy must change neither the module nor the other copies"),
-    )
+    expect(torch.equal(copies[1].weight, layer.weight) and not torch.equal(copies[0].weight, layer.weight),
+           _("changing one copy must change neither the module nor the other copies"))
 
     for n, training in ((1, False), (4, False), (2, True)):
         block = _frozen_block()
@@ -517,26 +537,10 @@ def check_clones(clones) -> None:
         calling = (_("calling clones(block, {n}) on a Linear + BatchNorm1d block in training with its BatchNorm1d "
                      "in eval mode") if training
                    else _("calling clones(block, {n}) on a Linear + BatchNorm1d block in eval mode")).format(n=n)
-        before = _state(block)
-        with learner_code(calling, hint, causes=any_module):
-            copies = clones(block, n)
-        _check_copies(copies, block, n, f"clones(block, {n})", before)
+        _clones(clones, block, n, calling, f"clones(block, {n})")
 
-    # A nested network: the frozen BatchNorm1d sits two levels down, inside a block in training mode.
-    nested = nn.Sequential(_frozen_block(), nn.Dropout(0.5)).train()
+    # A nested float64 network: the frozen BatchNorm1d sits two levels down, inside a block in training mode.
+    nested = nn.Sequential(_frozen_block(), nn.Dropout(0.5)).double().train()
     nested[0][1].eval()
-    before = _state(nested)
-    with learner_code(_("calling clones(net, 2) on an nn.Sequential(block, Dropout) in training, the block's "
-                        "BatchNorm1d in eval mode"), hint, causes=any_module):
-        copies = clones(nested, 2)
-    _check_copies(copies, nested, 2, "clones(net, 2)", before)
-
-    on_meta = nn.Linear(3, 4, device="meta")
-    before = _state(on_meta)
-    with learner_code(
-        _("calling clones(layer, 2) on a layer on the 'meta' device"),
-        _("each copy must stay on the module's device: copy.deepcopy keeps it there, do not move the copies with "
-          ".to()"),
-    ):
-        copies = clones(on_meta, 2)
-    _check_copies(copies, on_meta, 2, _("clones(layer, 2) of a meta layer"), before)
+    _clones(clones, nested, 2, _("calling clones(net, 2) on a float64 nn.Sequential(block, Dropout) in training, the "
+                                 "block's BatchNorm1d in eval mode"), "clones(net, 2)")

@@ -9,20 +9,25 @@ keeps neither the layer's dtype nor its device, and float64 shows it on any mach
 run the answer on a network and an example on ``meta`` (no data, no cost), where a dry run on a tensor made
 with the default device fails as it would on a GPU. Every initialized parameter must still be trainable
 (requires grad, not an inference tensor). Distributions are checked by their family (a Kolmogorov–Smirnov
-distance to the uniform or normal law), not only by their std. A hint says what was observed; where the
-cause cannot be told from that, it says so.
+distance to the uniform or normal law), not only by their std. A hint says what was observed
+(:class:`~utils.exercises.ch00.TorchCalls` sees what the answer asked torch for, outside the network's own
+forward); where the cause cannot be told from that, it says so.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+import warnings
+from collections import Counter
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
 from utils.checks import exercise, expect, learner_code
+from utils.exercises.ch00 import TorchCalls
 from utils.i18n import N_, _
 
 __all__ = ["check_init_xavier", "check_initialize_lazy", "check_lazy_optimizer"]
@@ -67,21 +72,25 @@ def _changed(net: nn.Sequential, kept: dict[int, list[torch.Tensor]]) -> list[st
             if not (len(now := list(net[i].parameters())) == len(before) and all(map(torch.equal, now, before)))]
 
 
-#: Where Exercises 2 and 3 also run the answer: a network and an example on 'meta' (a stand-in for a GPU).
-_ELSEWHERE = N_(
-    "run the dry run on example_input itself: a tensor made for it (torch.randn, torch.ones) lands on the "
-    "default device, the CPU, while the network may be on a GPU"
-)
-
-
 def _expect_dry_run_where_the_example_is(answer: Callable[..., object], call: str, net: nn.Sequential) -> None:
     """Run ``answer(net, example)`` with ``net`` (lazy, on meta, first layer LazyLinear(8)) and a (4, 5) example
-    on meta: the dry run must have given the first layer its (8, 5) weight there."""
-    with learner_code(_("{call} with the network and the example on the 'meta' device").format(call=call),
-                      _(_ELSEWHERE)):
-        answer(net, torch.empty(4, 5, device="meta"))
-    expect(net[0].weight.shape == (8, 5),
-           _("on the 'meta' device, the dry run did not run: {advice}").format(advice=_(_ELSEWHERE)))
+    on meta, a stand-in for a GPU: the dry run must have given the first layer its (8, 5) weight there."""
+    error = None
+    with _watching(net) as seen:
+        try:
+            answer(net, torch.empty(4, 5, device="meta"))
+        except Exception as err:  # noqa: BLE001 - raised again below, as a hint that names what was seen
+            error = err
+    made = [name for name, kwargs, _args, t in seen.made if kwargs.get("device") is None and t.device.type == "cpu"]
+    advice = (_("your function made a tensor with torch.{function} without device=, on the default device (the "
+                "CPU), while the network and the example are elsewhere: run the dry run on example_input "
+                "itself").format(function=made[0]) if made
+              else _("run the dry run on example_input itself, where it is"))
+    with learner_code(_("{call} with the network and the example on the 'meta' device").format(call=call), advice):
+        if error is not None:
+            raise error
+    expect(net[0].weight.shape == (8, 5), _("on the 'meta' device, the dry run did not run: {advice}").format(
+        advice=advice))
 
 
 #: Errors an answer raises when the network is a single layer, not a container.
@@ -119,6 +128,27 @@ def _ks_limit(n: int) -> float:
 def _standardized(layers: list[nn.Linear], std: Callable[[nn.Linear], float]) -> torch.Tensor:
     """Every layer's weights divided by the std the scheme gives that layer, pooled into one sample."""
     return torch.cat([m.weight.detach().double().flatten() / std(m) for m in layers])
+
+
+@contextlib.contextmanager
+def _watching(net: nn.Module):
+    """:class:`TorchCalls` over an answer, paused inside the network's forward: what a dry run does there (a lazy
+    layer's default init) is torch's, not the answer's."""
+    with TorchCalls() as seen:
+        handles = (net.register_forward_pre_hook(lambda module, args: setattr(seen, "paused", True), prepend=True),
+                   net.register_forward_hook(lambda module, args, out: setattr(seen, "paused", False)))
+        try:
+            yield seen
+        finally:
+            for handle in handles:
+                handle.remove()
+
+
+def _swap(seen: TorchCalls) -> str:
+    """How a parameter's data was swapped for another tensor, as far as the check saw."""
+    return (_("your function assigned a new tensor to .data, which swaps it in instead of filling the "
+              "parameter's own.") if ".data=" in seen.names
+            else _("its data was swapped for another tensor (how is not known from here)."))
 
 
 # ---------------------------------------------------------------- Exercise 1
@@ -236,7 +266,7 @@ def check_init_xavier(init_fn: Callable[[nn.Module], object]) -> None:
             _("not known from here: apply calls your function on the ReLU, LayerNorm, Conv1d and Embedding as well "
               "as on the linear layers"),
             _causes(_XAVIER_ERRORS),
-        ):
+        ), TorchCalls() as seen:
             net.apply(init_fn)
     linears = [net[0], net[2], net[4]]
     _expect_trainable(dict(zip((0, 2, 4), linears, strict=True)))
@@ -260,9 +290,8 @@ def check_init_xavier(init_fn: Callable[[nn.Module], object]) -> None:
             dtype = dtypes[f"{i}.{name}"]
             expect(
                 getattr(layer, name).dtype == dtype,
-                _("{layer}'s {name} is {dtype} now: a freshly made tensor "
-                  "assigned through .data keeps neither the layer's dtype nor its device. Fill the layer's own "
-                  "tensor in place with nn.init").format(
+                _("{layer}'s {name} is {dtype} now: {swap} Fill the layer's own tensor in place with nn.init, which "
+                  "keeps its dtype and device").format(swap=_swap(seen),
                       layer=_("layer {index} ({kind}, {n_in}→{n_out}, {dtype})").format(
                           index=i, kind=kind, n_in=layer.in_features, n_out=layer.out_features, dtype=dtype),
                       name=name, dtype=getattr(layer, name).dtype),
@@ -274,10 +303,9 @@ def check_init_xavier(init_fn: Callable[[nn.Module], object]) -> None:
         for name in ("weight", "bias"):
             expect(
                 getattr(layer, name).data_ptr() == memory[f"{i}.{name}"],
-                _("{layer}'s {name} is the same Parameter but no longer uses its own memory: assigning to .data "
-                  "(or calling set_) swaps in another tensor instead of filling this one, and a state_dict() or a "
-                  "view taken earlier no longer follows it. Fill it in place: nn.init.xavier_uniform_(m.weight), "
-                  "nn.init.zeros_(m.bias)").format(layer=what, name=name),
+                _("{layer}'s {name} is the same Parameter but no longer uses its own memory: {swap} A state_dict() "
+                  "or a view taken earlier no longer follows it. Fill it in place: nn.init.xavier_uniform_(m.weight), "
+                  "nn.init.zeros_(m.bias)").format(layer=what, name=name, swap=_swap(seen)),
             )
         if all(torch.equal(getattr(layer, name), built[f"{i}.{name}"]) for name in ("weight", "bias")):
             if i == 0:
@@ -317,9 +345,8 @@ def check_init_xavier(init_fn: Callable[[nn.Module], object]) -> None:
     changed = _changed(net, others)
     expect(
         not changed,
-        _("the {modules} changed: initialize linear layers only and leave every other module "
-          "alone. A test such as isinstance(m, (nn.Linear, nn.Conv2d)), or on the weight's number of dimensions, "
-          "reaches other layers too; isinstance(m, nn.Linear) is the test").format(
+        _("the {modules} changed: initialize linear layers only and leave every other module alone; "
+          "isinstance(m, nn.Linear) is the test").format(
               modules=functools.reduce(lambda modules, module: _("{modules} and the {module}").format(
                   modules=modules, module=module), changed) if changed else ""),
     )
@@ -395,6 +422,10 @@ _LAZY_ERRORS = {
 }
 
 
+#: nn.init's uniform schemes, as TorchCalls names them.
+_UNIFORM = {"kaiming_uniform_", "xavier_uniform_", "uniform_"}
+
+
 @exercise("Exercise 2 · Initialize a lazy network")
 def check_initialize_lazy(initialize: Callable[[nn.Module, torch.Tensor], nn.Module]) -> None:
     """``initialize(net, example)`` materializes every lazy layer, then gives it Kaiming-normal weights."""
@@ -416,7 +447,7 @@ def check_initialize_lazy(initialize: Callable[[nn.Module, torch.Tensor], nn.Mod
               "nn.Sequential) and a LayerNorm (float64, like its input)"),
             _("not known from here"),
             _causes(_LAZY_ERRORS),
-        ):
+        ), _watching(net) as seen:
             out = initialize(net, example)
     expect(out is net, _("return the network you were given (initialized in place)"))
     expect(
@@ -439,9 +470,9 @@ def check_initialize_lazy(initialize: Callable[[nn.Module, torch.Tensor], nn.Mod
         )
         expect(
             layer.weight.dtype == layer.bias.dtype == torch.float64,
-            _("layer {index}'s parameters are {dtype} now, the network was float64: a freshly made "
-              "tensor assigned through .data keeps neither the layer's dtype nor its device. Fill m.weight in "
-              "place with nn.init.kaiming_normal_").format(index=i, dtype=layer.weight.dtype),
+            _("layer {index}'s parameters are {dtype} now, the network was float64: {swap} Fill m.weight in place "
+              "with nn.init.kaiming_normal_, which keeps its dtype and device").format(
+                  index=i, dtype=layer.weight.dtype, swap=_swap(seen)),
         )
         std = _kaiming_std(layer)
         got = layer.weight.std().item()
@@ -474,13 +505,16 @@ def check_initialize_lazy(initialize: Callable[[nn.Module, torch.Tensor], nn.Mod
     pooled = _standardized(layers, _kaiming_std)  # N(0, 1) if the answer is right
     expect(
         _ks_distance(pooled, torch.special.ndtr) <= _ks_limit(pooled.numel()),
-        _("the weights have the right std but are not normally distributed: Kaiming *normal* is asked for, "
-          "use nn.init.kaiming_normal_, not kaiming_uniform_"),
+        _("the weights have the right std but are not normally distributed: Kaiming *normal* is asked for, and "
+          "your function drew them with {calls}: use nn.init.kaiming_normal_").format(
+              calls=", ".join(sorted(_UNIFORM & seen.names)))
+        if _UNIFORM & seen.names else
+        _("the weights have the right std but are not normally distributed: Kaiming *normal* is asked for, use "
+          "nn.init.kaiming_normal_"),
     )
     expect(
         not _changed(net, norm),
-        _("the LayerNorm changed: initialize the linear layers only (isinstance(m, nn.Linear)). A test on "
-          "p.dim() reaches a normalization layer's 1-D scale and shift too"),
+        _("the LayerNorm changed: initialize the linear layers only (isinstance(m, nn.Linear))"),
     )
     # A bare lazy layer given as the network: the walk must include net itself.
     with torch.random.fork_rng(devices=[]):
@@ -527,11 +561,28 @@ def check_initialize_lazy(initialize: Callable[[nn.Module, torch.Tensor], nn.Mod
 WEIGHT_DECAY = 1e-4
 
 
-def _expect_groups(opt: object, net: nn.Module, where: str, more: str = "") -> None:
-    """``opt`` is an SGD with lr 0.1 over exactly the parameters of ``net`` (materialized), each in one group,
-    with weight decay on those of two or more dimensions only. ``where`` is the message that each hint goes into,
-    at its ``{hint}`` ("" for the first network: the hint as it is); ``more`` is a sentence added to the hint for
-    a parameter left out."""
+def _optimizer(make_optimizer, net: nn.Module, example: torch.Tensor, what: str, causes: dict[str, str]):
+    """Run ``make_optimizer(net, example)``; return the optimizer and the names of the calls the answer made before
+    the network's first forward (the dry run): a hint then says whether the groups were chosen before it. A warning
+    the answer's optimizer raises (a parameter listed twice) is kept from the notebook: the hint says it."""
+    before: list[set[str]] = []
+    handle = net.register_forward_pre_hook(lambda module, args: before.append(set(seen.names)) if not before else None,
+                                           prepend=True)
+    try:
+        with learner_code(what, _("not known from here"), _causes(causes)), TorchCalls() as seen, \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            opt = make_optimizer(net, example)
+    finally:
+        handle.remove()
+    return opt, (before[0] if before else None)
+
+
+def _expect_groups(opt: object, net: nn.Module, before_dry_run: set[str] | None, where: str, more: str = "") -> None:
+    """``opt`` is an SGD with lr 0.1 over exactly the parameters of ``net`` (materialized), each in one group and
+    listed once, with weight decay on those of two or more dimensions only. ``before_dry_run``: the calls the answer
+    made before the dry run. ``where`` is the message that each hint goes into, at its ``{hint}`` ("" for the first
+    network: the hint as it is); ``more`` is a sentence added to the hint for a parameter left out."""
 
     def at(hint: str) -> str:
         return where.format(hint=hint) if where else hint
@@ -548,29 +599,38 @@ def _expect_groups(opt: object, net: nn.Module, where: str, more: str = "") -> N
     expect(all(g["lr"] == 0.1 for g in opt.param_groups), at(_("use lr=0.1 for every group")))
     held = [p for g in opt.param_groups for p in g["params"]]
     named = list(net.named_parameters())
-    expect(
-        all(any(p is q for _, q in named) for p in held),
-        at(_("the optimizer holds tensors that are not the network's parameters (copies?): pass the parameters "
-             "themselves, from net.parameters() or net.named_parameters()")),
-    )
+    strangers = [p for p in held if not any(p is q for _, q in named)]
+    copies = any(any(p.shape == q.shape and torch.equal(p, q) for _, q in named) for p in strangers)
+    expect(not strangers, at(_("the optimizer holds copies of the network's parameters (the same values in other "
+                               "tensors), which no forward uses: pass the parameters themselves, from "
+                               "net.parameters() or net.named_parameters()") if copies else
+                             _("the optimizer holds tensors that are not the network's parameters: pass the "
+                               "parameters themselves, from net.parameters() or net.named_parameters()")))
     for name, p in named:
         expect(any(p is q for q in held),
                at((_("the optimizer does not hold {name}: every parameter must be in a group. {more}") if more
                    else _("the optimizer does not hold {name}: every parameter must be in a group")).format(
                        name=name, more=more)))
+    count = Counter(id(p) for p in held)
+    twice = [(name, count[id(p)]) for name, p in named if count[id(p)] > 1]
+    expect(not twice, at(_("{name} is listed {count} times in one group: PyTorch only warns, then every step "
+                           "updates it {count} times. List each parameter once (net.parameters() does: it yields "
+                           "each parameter once, however deep)").format(
+                               name=twice[0][0] if twice else "", count=twice[0][1] if twice else 0)))
     decay = {id(p): g["weight_decay"] for g in opt.param_groups for p in g["params"]}
     matrices = [(name, p) for name, p in named if p.dim() >= 2]
     flat = [(name, p) for name, p in named if p.dim() < 2]
     if all(decay[id(p)] == 0 for _, p in matrices):
-        upside_down = any(decay[id(p)] != 0 for _, p in flat)
-        expect(
-            False,
-            at(_("weight decay goes to the 1-D parameters and not to the matrices: the condition is upside down "
-                 "(decay p.dim() >= 2)")) if upside_down else
-            at(_("no weight matrix gets weight decay. If you chose the groups before the dry run: a lazy layer's "
-                 "placeholder parameter reports p.ndim == 1 whatever its final shape. Dry run first, then group. "
-                 "Else check your test: a weight matrix has p.dim() == 2, so p.dim() > 2 leaves it out")),
-        )
+        looked = sorted({".ndim", ".dim", ".size", ".shape"} & (before_dry_run or set()))
+        expect(not any(decay[id(p)] != 0 for _, p in flat),
+               at(_("weight decay goes to the 1-D parameters and not to the matrices: the condition is upside down "
+                    "(decay p.dim() >= 2)")))
+        expect(not looked, at(_("no weight matrix gets weight decay: your function read the parameters' shapes "
+                                "({calls}) before the dry run, and a lazy layer's placeholder reports p.ndim == 1 "
+                                "whatever its final shape. Dry run first, then group").format(
+                                    calls=", ".join(looked))))
+        expect(False, at(_("no weight matrix gets weight decay, though the groups were chosen after the dry run: "
+                           "check the condition that picks them; a weight matrix has p.dim() == 2")))
     for name, p in matrices:
         expect(
             decay[id(p)] == WEIGHT_DECAY,
@@ -581,8 +641,7 @@ def _expect_groups(opt: object, net: nn.Module, where: str, more: str = "") -> N
         expect(
             decay[id(p)] == 0,
             at(_("{name} is 1-D (a bias or a normalization scale): it must get weight_decay=0, it gets "
-                 "{decay}. Put every parameter with p.dim() < 2 in a group without decay (a test on the "
-                 "name, such as 'bias' in name, misses a norm layer's 1-D weight)").format(
+                 "{decay}. Put every parameter with p.dim() < 2 in a group without decay").format(
                      name=name, decay=decay[id(p)])),
         )
 
@@ -607,44 +666,40 @@ _NO_BIAS = {
 def check_lazy_optimizer(make_optimizer: Callable[[nn.Module, torch.Tensor], torch.optim.Optimizer]) -> None:
     """``make_optimizer(net, example)`` returns an SGD over the materialized parameters, decay on matrices."""
     expect(callable(make_optimizer), _("pass the function itself, e.g. check_lazy_optimizer(lazy_optimizer)"))
-    hint = _("not known from here")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         net = nn.Sequential(nn.LazyLinear(32), nn.LazyBatchNorm1d(), nn.ReLU(), nn.LazyLinear(4))
-        with learner_code(
-            _("lazy_optimizer(net, example_input) on a network of LazyLinear and LazyBatchNorm1d layers"), hint,
-            _causes(_OPTIMIZER_ERRORS),
-        ):
-            opt = make_optimizer(net, torch.rand(8, 16))
-    _expect_groups(opt, net, "")
+        opt, before = _optimizer(
+            make_optimizer, net, torch.rand(8, 16),
+            _("lazy_optimizer(net, example_input) on a network of LazyLinear and LazyBatchNorm1d layers"),
+            _OPTIMIZER_ERRORS)
+    _expect_groups(opt, net, before, "")
     # A nested network, with a layer built with bias=False, and a bare layer: every parameter at every depth,
     # and only those that exist.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(1)
         nested = nn.Sequential(nn.Sequential(nn.LazyLinear(24), nn.LazyBatchNorm1d(), nn.ReLU()),
                                nn.LazyLinear(6, bias=False))
-        with learner_code(
+        opt, before = _optimizer(
+            make_optimizer, nested, torch.rand(6, 10),
             _("lazy_optimizer(net, example_input) on a nested network (an nn.Sequential inside an nn.Sequential, "
-              "then a LazyLinear(6, bias=False)) and a (6, 10) example"), hint,
-            _causes({**_NO_BIAS, **_OPTIMIZER_ERRORS}),
-        ):
-            opt = make_optimizer(nested, torch.rand(6, 10))
+              "then a LazyLinear(6, bias=False)) and a (6, 10) example"),
+            {**_NO_BIAS, **_OPTIMIZER_ERRORS})
     _expect_groups(
-        opt, nested, _("on a nested network (an nn.Sequential inside an nn.Sequential), {hint}"),
+        opt, nested, before, _("on a nested network (an nn.Sequential inside an nn.Sequential), {hint}"),
         _("The flat network's parameters were all held, this one sits a level down: `for m in net` and "
           "net.children() see the top level only, net.parameters() and net.named_parameters() reach every depth"),
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(2)
         bare = nn.LazyLinear(5)
-        with learner_code(
+        opt, before = _optimizer(
+            make_optimizer, bare, torch.rand(3, 7),
             _("lazy_optimizer(layer, example_input) with a bare nn.LazyLinear(5) as the network and a (3, 7) "
               "example"),
-            hint, _causes({**_NOT_A_CONTAINER, **_OPTIMIZER_ERRORS}),
-        ):
-            opt = make_optimizer(bare, torch.rand(3, 7))
+            {**_NOT_A_CONTAINER, **_OPTIMIZER_ERRORS})
     _expect_groups(
-        opt, bare, _("with a bare nn.LazyLinear(5) as the network, {hint}"),
+        opt, bare, before, _("with a bare nn.LazyLinear(5) as the network, {hint}"),
         _("The nested network's parameters were all held; here the network is the layer itself, and its "
           "parameters are its own: net.children() yields nothing, net.parameters() includes them"),
     )
