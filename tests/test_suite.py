@@ -1,7 +1,8 @@
 """The regression suite guards itself: strict comparison, REQUIRE_GPUS, the summary line, any folder.
 
-One real nbval run of a small notebook made here (so no chapter's wording is assumed) proves at once
-that an edited output fails, that ``REQUIRE_GPUS`` turns a missing GPU into a failure, that a cell
+One real nbval run of a small notebook made here (so no chapter's wording is assumed), on two xdist workers as
+the suite runs, proves at once that a notebook's cells run in one kernel (a cell uses what the cell before it
+defined), that an edited output fails, that ``REQUIRE_GPUS`` turns a missing GPU into a failure, that a cell
 needing more GPUs than required is still skipped, and that the run ends with the GPU-cells line.
 """
 
@@ -31,7 +32,10 @@ def test_a_gpu_run_cannot_be_green_by_skipping_and_outputs_are_compared(tmp_path
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
     nb.cells = [
-        code("print(2 + 2)", "4\n"),
+        code("four = 2 + 2\nprint(four)", "4\n"),
+        # the kernel of the cell before: xdist hands out the first two units to two workers, so a notebook whose
+        # cells were not one unit would run this cell in the other worker's kernel (NameError)
+        code("print(four + 3)", "7\n"),
         code("print('six')", "seven\n"),  # the committed output differs: strict mode must fail it
         code("print('needs one GPU')", "anything\n", "requires-cuda"),
         code("print('needs two GPUs')", "anything\n", "requires-multi-gpu"),
@@ -53,19 +57,45 @@ def test_a_gpu_run_cannot_be_green_by_skipping_and_outputs_are_compared(tmp_path
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"),
          "--rootdir", str(tmp_path),
-         "-p", "conftest", "-n", "0", "-q", "-rfs",
+         "-p", "conftest", "-n", "2", "-q", "-rfs",
          "--nbval-sanitize-with", str(ROOT / "tests" / "sanitize.cfg"), "probe.ipynb"],
         cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env,
     )
     report = result.stdout + result.stderr
     assert result.returncode == 1, report
-    assert "FAILED probe.ipynb::Cell 1" in report, report  # the edited output
-    assert "FAILED probe.ipynb::Cell 2" in report, report  # the GPU cell: a failure, not a skip
+    assert "FAILED probe.ipynb::Cell 2" in report, report  # the edited output
+    assert "FAILED probe.ipynb::Cell 3" in report, report  # the GPU cell: a failure, not a skip
     assert "needs 1 CUDA GPU(s), this machine has 0, but REQUIRE_GPUS=1" in report, report
     assert "SKIPPED [1] probe.ipynb: needs 2 CUDA GPU(s), this machine has 0" in report, report
-    assert "2 failed, 4 passed, 1 skipped" in report, report
+    assert "2 failed, 5 passed, 1 skipped" in report, report  # Cell 1 too: one kernel for the notebook
     assert "GPU cells: 0 run, 1 skipped, 1 failed; device: cpu (no CUDA GPU visible); torch " in report, report
     assert "; REQUIRE_GPUS=1" in report
+
+
+def test_work_units_come_from_the_test_ids():
+    """A notebook is one unit, the browser modules another, every other test a unit of its own: no xdist_group
+    mark is needed (pytest 9.2 drops the ``@group`` suffix by which xdist carried one to its scheduler)."""
+    ids = ["notebooks/07_gpu_placement.ipynb::Cell 0", "notebooks/07_gpu_placement.ipynb::Cell 12",
+           "notebooks/zh-Hant/07_gpu_placement.ipynb::Cell 0", "tests/test_browser.py::test_rise",
+           "tests/test_slides.py::test_deck[02]", "tests/test_checks.py::test_a", "tests/test_checks.py::test_b"]
+    assert [conftest.work_unit(i) for i in ids] == [
+        "notebooks/07_gpu_placement.ipynb", "notebooks/07_gpu_placement.ipynb",
+        "notebooks/zh-Hant/07_gpu_placement.ipynb", "browser", "browser",
+        "tests/test_checks.py::test_a", "tests/test_checks.py::test_b"]
+
+
+def test_loadgroup_uses_the_course_units_and_other_modes_are_xdist_own():
+    from xdist.scheduler import LoadScopeScheduling
+
+    def config(dist):
+        option = SimpleNamespace(dist=dist, tx=["2*popen"], loadscopereorder=True)
+        return SimpleNamespace(getvalue=lambda name: getattr(option, name), option=option)
+
+    log = SimpleNamespace(loadscopesched=lambda *args: None)
+    scheduler = conftest.pytest_xdist_make_scheduler(config("loadgroup"), log)
+    assert isinstance(scheduler, LoadScopeScheduling)
+    assert scheduler._split_scope("notebooks/01_layers.ipynb::Cell 3") == "notebooks/01_layers.ipynb"
+    assert conftest.pytest_xdist_make_scheduler(config("load"), log) is None
 
 
 @pytest.mark.parametrize(
