@@ -1,8 +1,7 @@
 """The regression suite guards itself: strict comparison, REQUIRE_GPUS, the summary line, any folder.
 
-One real nbval run of a small notebook made here (so no chapter's wording is assumed), on two xdist workers as
-the suite runs, proves at once that a notebook's cells run in one kernel (a cell uses what the cell before it
-defined), that an edited output fails, that ``REQUIRE_GPUS`` turns a missing GPU into a failure, that a cell
+One real nbval run of a small notebook made here (so no chapter's wording is assumed) proves at once
+that an edited output fails, that ``REQUIRE_GPUS`` turns a missing GPU into a failure, that a cell
 needing more GPUs than required is still skipped, and that the run ends with the GPU-cells line.
 """
 
@@ -32,10 +31,7 @@ def test_a_gpu_run_cannot_be_green_by_skipping_and_outputs_are_compared(tmp_path
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
     nb.cells = [
-        code("four = 2 + 2\nprint(four)", "4\n"),
-        # the kernel of the cell before: xdist hands out the first two units to two workers, so a notebook whose
-        # cells were not one unit would run this cell in the other worker's kernel (NameError)
-        code("print(four + 3)", "7\n"),
+        code("print(2 + 2)", "4\n"),
         code("print('six')", "seven\n"),  # the committed output differs: strict mode must fail it
         code("print('needs one GPU')", "anything\n", "requires-cuda"),
         code("print('needs two GPUs')", "anything\n", "requires-multi-gpu"),
@@ -57,17 +53,17 @@ def test_a_gpu_run_cannot_be_green_by_skipping_and_outputs_are_compared(tmp_path
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"),
          "--rootdir", str(tmp_path),
-         "-p", "conftest", "-n", "2", "-q", "-rfs",
+         "-p", "conftest", "-n", "0", "-q", "-rfs",
          "--nbval-sanitize-with", str(ROOT / "tests" / "sanitize.cfg"), "probe.ipynb"],
         cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env,
     )
     report = result.stdout + result.stderr
     assert result.returncode == 1, report
-    assert "FAILED probe.ipynb::Cell 2" in report, report  # the edited output
-    assert "FAILED probe.ipynb::Cell 3" in report, report  # the GPU cell: a failure, not a skip
+    assert "FAILED probe.ipynb::Cell 1" in report, report  # the edited output
+    assert "FAILED probe.ipynb::Cell 2" in report, report  # the GPU cell: a failure, not a skip
     assert "needs 1 CUDA GPU(s), this machine has 0, but REQUIRE_GPUS=1" in report, report
     assert "SKIPPED [1] probe.ipynb: needs 2 CUDA GPU(s), this machine has 0" in report, report
-    assert "2 failed, 5 passed, 1 skipped" in report, report  # Cell 1 too: one kernel for the notebook
+    assert "2 failed, 4 passed, 1 skipped" in report, report
     assert "GPU cells: 0 run, 1 skipped, 1 failed; device: cpu (no CUDA GPU visible); torch " in report, report
     assert "; REQUIRE_GPUS=1" in report
 
@@ -84,18 +80,56 @@ def test_work_units_come_from_the_test_ids():
         "tests/test_checks.py::test_a", "tests/test_checks.py::test_b"]
 
 
-def test_loadgroup_uses_the_course_units_and_other_modes_are_xdist_own():
-    from xdist.scheduler import LoadScopeScheduling
+class FakeWorker:
+    """What xdist's scope scheduling asks of a worker: run these tests (by index), shut down."""
 
-    def config(dist):
-        option = SimpleNamespace(dist=dist, tx=["2*popen"], loadscopereorder=True)
-        return SimpleNamespace(getvalue=lambda name: getattr(option, name), option=option)
+    def __init__(self, name):
+        self.gateway = SimpleNamespace(id=name)
+        self.shutting_down = False
+        self.pending: list[int] = []
 
+    def send_runtest_some(self, indices):
+        self.pending.extend(indices)
+
+    def shutdown(self):
+        self.shutting_down = True
+
+
+def test_with_loadgroup_a_notebook_runs_in_order_on_one_worker_and_other_tests_spread():
+    """xdist's scheduling, with the course's units, over two pretend workers that collected the test ids pytest 9.2
+    gives (no ``@group`` suffix), run to the end: each notebook's cells on one worker, in order; the browser modules
+    on one worker; the other tests on both. ``--dist load`` stays xdist's own."""
+    option = SimpleNamespace(dist="loadgroup", tx=["2*popen"], loadscopereorder=True)
+    config = SimpleNamespace(getvalue=lambda name: getattr(option, name), option=option)
     log = SimpleNamespace(loadscopesched=lambda *args: None)
-    scheduler = conftest.pytest_xdist_make_scheduler(config("loadgroup"), log)
-    assert isinstance(scheduler, LoadScopeScheduling)
-    assert scheduler._split_scope("notebooks/01_layers.ipynb::Cell 3") == "notebooks/01_layers.ipynb"
-    assert conftest.pytest_xdist_make_scheduler(config("load"), log) is None
+    assert conftest.pytest_xdist_make_scheduler(SimpleNamespace(getvalue=lambda name: "load"), log) is None
+    scheduler = conftest.pytest_xdist_make_scheduler(config, log)
+    ids = [*(f"notebooks/07_gpu_placement.ipynb::Cell {i}" for i in range(6)),
+           *(f"notebooks/10_data_parallel_training.ipynb::Cell {i}" for i in range(5)),
+           *(f"tests/test_checks.py::test_{i}" for i in range(8)),
+           "tests/test_browser.py::test_rise", "tests/test_slides.py::test_deck[01]",
+           "tests/test_slides.py::test_deck[02]"]
+    workers = [FakeWorker("gw0"), FakeWorker("gw1")]
+    for worker in workers:
+        scheduler.add_node(worker)
+    for worker in workers:
+        scheduler.add_node_collection(worker, ids)
+    scheduler.schedule()
+    ran: dict[str, list[str]] = {"gw0": [], "gw1": []}
+    while any(w.pending for w in workers):
+        for worker in workers:  # the workers take turns, one test each
+            if worker.pending:
+                index = worker.pending.pop(0)
+                ran[worker.gateway.id].append(ids[index])
+                scheduler.mark_test_complete(worker, index)
+    assert sorted(ran["gw0"] + ran["gw1"]) == sorted(ids)
+    for unit in ("07_gpu_placement.ipynb", "10_data_parallel_training.ipynb", "test_browser.py", "test_slides.py"):
+        on = [name for name, tests in ran.items() if any(unit in t for t in tests)]
+        assert len(on) == 1, (unit, ran)
+        assert [t for t in ran[on[0]] if unit in t] == [t for t in ids if unit in t]  # in order
+    browser = [name for name, tests in ran.items() if any("test_browser" in t or "test_slides" in t for t in tests)]
+    assert len(browser) == 1, ran
+    assert all(any("test_checks" in t for t in tests) for tests in ran.values()), ran  # spread one by one
 
 
 @pytest.mark.parametrize(
