@@ -213,6 +213,9 @@ def test_a_failed_check_shows_its_verdict_without_frames():
 def test_in_a_kernel_a_failed_check_is_a_verdict_and_run_all_stops_there(tmp_path):
     """A real kernel, as Jupyter runs a notebook (nbclient): the error output of a failed check holds the verdict
     and the check's line and no frame, and the cells after it do not run."""
+    import os
+    import tempfile
+
     import nbformat
     from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
@@ -226,10 +229,11 @@ def test_in_a_kernel_a_failed_check_is_a_verdict_and_run_all_stops_there(tmp_pat
         nbformat.v4.new_code_cell("check_two(3)"),
         nbformat.v4.new_code_cell("print('after the check')"),
     ])
-    km = KernelManager(kernel_name="python3", transport="ipc", ip=str(tmp_path / "kernel"))  # no TCP ports
-    client = NotebookClient(nb, km=km, timeout=60, resources={"metadata": {"path": str(tmp_path)}})
-    with pytest.raises(CellExecutionError):
-        client.execute()
+    with tempfile.TemporaryDirectory(prefix="kernel-") as sockets:  # a short path: a socket's is at most 104 bytes
+        km = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(sockets, "k"))  # no TCP ports
+        client = NotebookClient(nb, km=km, timeout=60, resources={"metadata": {"path": str(tmp_path)}})
+        with pytest.raises(CellExecutionError):
+            client.execute()
     (error,) = nb.cells[1].outputs
     assert error.output_type == "error" and error.ename == "ExerciseFailed", error
     assert error.traceback[0] == "Ex · probe: not yet. x must be 2", error.traceback
