@@ -124,9 +124,6 @@ class _Reader:
             return True
         return False if isinstance(node, ast.Name) and node.id in ("cpu", "meta") else None
 
-    def _is_place(self, node: ast.AST) -> bool:
-        return self._place(node) is not None and self._dtype(node) is None
-
     # ---------------------------------------------------------------- expressions
     def value(self, node: ast.AST | None) -> Value:
         if node is None:
