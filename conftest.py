@@ -12,10 +12,14 @@ that needs at most N GPUs fails instead of skipping, so a GPU runner cannot go g
 keeps tag and guard together). Every run ends with one line: GPU cells run / skipped, the device,
 and the torch version.
 
-Workers. ``-n auto``: one pytest-xdist worker per core. Every notebook's cells form one xdist group (one
-worker, one kernel per notebook); with ``--dist loadgroup`` xdist hands out the largest groups first, then
-every other test one by one. Kernels are nbval's, started the standard way (``--nbval-current-env``:
-``python -m ipykernel_launcher``).
+Workers. ``-n auto``: one pytest-xdist worker per core. Under ``--dist loadgroup`` the work units are this
+file's (``work_unit``): a notebook's cells form one unit (one worker, one kernel per notebook), the browser tests
+another (one Chromium), and every other test is a unit of its own; xdist hands out the largest units first. The
+units are read from the test ids alone, not from ``xdist_group`` marks: xdist carries a mark to the controller by
+appending ``@group`` to the test's id on the worker, which pytest 9.2 no longer lets it do (the id became a
+structured ``NodeId``; pytest-xdist issue 1386), and the cells of a notebook were then spread over the workers,
+most of them in a kernel that never ran the setup cell. Kernels are nbval's, started the standard way
+(``--nbval-current-env``: ``python -m ipykernel_launcher``).
 
 Threads. About one notebook runs per core, so each kernel gets one intra-op thread (``OMP_NUM_THREADS=1``
 unless already set): two kernels with a thread per core each would fight over the cores. No output
@@ -220,7 +224,7 @@ def _kernels_over_unix_sockets(config):
 @pytest.fixture(scope="session")
 def browser(request):
     """One headless Chromium, driven by playwright, for tests/test_browser.py and tests/test_slides.py (one
-    xdist group: they run on one worker, and start the browser once). Skips, or fails under
+    work unit, ``SHARED_WORKER``: they run on one worker, and start the browser once). Skips, or fails under
     ``--require-browser``, where Chromium or playwright is missing."""
     from test_browser import CHROMIUM_FLAGS, chromium_or_skip
 
@@ -243,7 +247,36 @@ def _fail_for_missing_gpu(reason: str):
     return fail
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the group markers
+#: Test modules that share one worker, by unit name: the browser tests start one Chromium (the ``browser`` fixture).
+SHARED_WORKER = {"tests/test_browser.py": "browser", "tests/test_slides.py": "browser"}
+
+
+def work_unit(nodeid: str) -> str:
+    """The work unit of a test, from its id (relative to the root folder): the notebook for a notebook's cell (its
+    cells run in order on one worker, in one kernel), the unit ``SHARED_WORKER`` names for its modules, else the test
+    itself (the other tests spread over the workers one by one)."""
+    path = nodeid.split("::", 1)[0]
+    if path.endswith(".ipynb"):
+        return path
+    return SHARED_WORKER.get(path, nodeid)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` (``addopts``) with the units of :func:`work_unit`; another ``--dist`` is xdist's own."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class CourseScheduling(LoadScopeScheduling):
+        """xdist's scope scheduling (the largest units first, a unit on one worker), with the course's units."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return CourseScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     have = None
     required = required_gpus()
@@ -258,10 +291,6 @@ def pytest_collection_modifyitems(config, items):
             config.hook.pytest_deselected(items=[i for i in items if i not in kept])
             items[:] = kept
     for item in items:
-        if getattr(item, "cell", None) is not None:
-            # One kernel per notebook: with --dist loadgroup all its cells go to one worker, while the
-            # other tests spread over the workers one by one.
-            item.add_marker(pytest.mark.xdist_group(f"{item.path.parent.name}/{item.path.stem}"))
         tags = _tags(item)
         need = max((HARDWARE_TAGS[t] for t in tags & HARDWARE_TAGS.keys()), default=0)
         if not need:

@@ -190,6 +190,59 @@ def test_a_failing_check_names_its_own_file_and_line():
     assert outcome(check_positive, lambda x: -x) == ("failed", "Ex · positive: not yet. return a positive number")
 
 
+def test_a_failed_check_shows_its_verdict_without_frames():
+    """In a notebook a failed check shows the verdict, the hint and the check's line (IPython's
+    ``_render_traceback_``), not a traceback whose last frame is in utils/checks.py."""
+    import inspect
+
+    lines, first = inspect.getsourcelines(check_positive)
+    expect_line = first + next(i for i, line in enumerate(lines) if "expect(" in line)
+    with pytest.raises(ExerciseFailed) as failed:
+        check_positive(lambda x: -x)
+    assert failed.value._render_traceback_() == [
+        "Ex · positive: not yet. return a positive number",
+        f"(The check that failed: tests/test_checks.py, line {expect_line}.)",
+    ]
+    with pytest.raises(ExerciseFailed) as failed:  # an expect called on its own: its line is added
+        expect(False, "the hint")
+    shown = failed.value._render_traceback_()
+    assert shown[0] == "the hint" and shown[1].startswith("(The check that failed: tests/test_checks.py, line "), shown
+    assert ExerciseFailed("no line")._render_traceback_() == ["no line"]
+
+
+def test_in_a_kernel_a_failed_check_is_a_verdict_and_run_all_stops_there(tmp_path):
+    """A real kernel, as Jupyter runs a notebook (nbclient): the error output of a failed check holds the verdict
+    and the check's line and no frame, and the cells after it do not run."""
+    import os
+    import tempfile
+
+    import nbformat
+    from jupyter_client.manager import KernelManager
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell('from utils import exercise, expect\n\n'
+                                  '@exercise("Ex · probe")\n'
+                                  'def check_two(x):\n'
+                                  '    expect(x == 2, "x must be 2")\n'),
+        nbformat.v4.new_code_cell("check_two(3)"),
+        nbformat.v4.new_code_cell("print('after the check')"),
+    ])
+    with tempfile.TemporaryDirectory(prefix="kernel-") as sockets:  # a short path: a socket's is at most 104 bytes
+        km = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(sockets, "k"))  # no TCP ports
+        client = NotebookClient(nb, km=km, timeout=60, resources={"metadata": {"path": str(tmp_path)}})
+        with pytest.raises(CellExecutionError):
+            client.execute()
+    (error,) = nb.cells[1].outputs
+    assert error.output_type == "error" and error.ename == "ExerciseFailed", error
+    assert error.traceback[0] == "Ex · probe: not yet. x must be 2", error.traceback
+    assert len(error.traceback) == 2 and error.traceback[1].startswith("(The check that failed: "), error.traceback
+    assert error.traceback[1].endswith(", line 5.)"), error.traceback  # the expect's line in the check's cell
+    assert not any("Traceback" in line or "checks.py" in line for line in error.traceback), error.traceback
+    assert nb.cells[2].outputs == [] and nb.cells[2].execution_count is None  # Run All stopped at the check
+
+
 def test_same_device_refuses_what_cuda_refuses_and_lets_through_what_it_accepts():
     """Meta inputs stand in for GPU inputs and the CPU for the default device (chapters 06 and 07)."""
     from utils.checks import same_device

@@ -130,8 +130,29 @@ def test_ci_runs_the_readmes_commands_in_a_fresh_virtual_environment():
     assert steps[0] == "python -m venv .venv" and steps[1] == ". .venv/bin/activate", setup
     assert steps[2] == "python -m pip install -r requirements.txt" and "jupyter lab" in steps[3], setup
     assert test == "python -m pytest", test
-    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
+    ci_text = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    # the one addition, for the workflow's latest-tools job alone: the newest test tools replace their pins
+    upgrade = 'if [ -n "${UPGRADE:-}" ]; then\n  python -m pip install --quiet --upgrade $UPGRADE\nfi\n'
+    assert ci_text.count(upgrade) == 1, ci_text
+    assert ci_text.index("-r requirements.txt") < ci_text.index(upgrade) < ci_text.index(f"\n{test}")
+    ci = [line.strip() for line in ci_text.replace(upgrade, "").splitlines()]
     commands = [line for line in ci if line and not line.startswith(("#", "if", "apt", "DEBIAN", "fi", "set ", "cd ",
                                                                       "export", "fonts="))]
     assert commands == ["rm -rf .venv", "python3 -m venv .venv", ". .venv/bin/activate",
                         "python -m pip install --quiet -r requirements.txt", test], commands
+
+
+def test_a_weekly_job_runs_the_suite_on_the_newest_test_tools():
+    """A release of pytest, xdist, nbval or pytest-timeout that changes how the suite runs (pytest 9.2 dropped the
+    marks that kept a notebook on one xdist worker) turns CI red the week it ships, not when the pins are raised."""
+    import yaml
+
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "tests.yml").read_text(encoding="utf-8"))
+    triggers = workflow[True]  # YAML 1.1 reads the key `on` as true
+    assert "push" in triggers and any(len(s["cron"].split()) == 5 for s in triggers["schedule"]), triggers
+    job = workflow["jobs"]["latest-tools"]
+    assert "pull_request" in job["if"] and "schedule" not in job["if"], job["if"]  # on push and on the schedule
+    assert set(job["env"]["UPGRADE"].split()) == {"pytest", "pytest-xdist", "nbval", "pytest-timeout"}
+    assert {"run": "bash .ci/run"} in job["steps"]  # the README's commands, then the upgrade (.ci/run)
+    for name in ("cpu", "gpu", "gpu-2"):  # the pinned jobs would repeat last push's run
+        assert "github.event_name != 'schedule'" in workflow["jobs"][name]["if"], name

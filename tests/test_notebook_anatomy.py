@@ -11,7 +11,7 @@ import pytest
 from IPython.core.inputtransformer2 import TransformerManager
 
 from conftest import HARDWARE_TAGS
-from tools import course, slides
+from tools import course, device_dtypes, slides
 
 PRESENT = [c for c in course.CHAPTERS if c.path.exists()]
 CHAPTERS = [c for c in PRESENT if c.number != "00"]
@@ -133,6 +133,44 @@ def test_device_cells_follow_names_from_cell_to_cell_in_the_order_statements_run
         nbformat.v4.new_code_cell("print(z)", metadata={"tags": ["nbval-ignore-output"]}),  # not compared
     ])
     assert course.device_cells(nb) == (2, 3)
+
+
+@pytest.mark.parametrize("ch", PRESENT, ids=lambda c: c.number)
+def test_no_lesson_puts_a_dtype_mps_lacks_on_device(ch):
+    """On a Mac ``device`` is ``mps:0``, which refuses float64 and complex128 (TypeError): a lesson shows a dtype
+    change with float16, and does float64 work on the CPU (tools/device_dtypes.py)."""
+    found = device_dtypes.problems(load(ch))
+    assert not found, "float64 or complex128 on `device`, which MPS lacks:\n" + "\n".join(found)
+
+
+def test_the_mps_dtype_reading_follows_the_data_from_device():
+    def found(*sources):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
+        return [line.split(": ", 1)[1].split("  (")[0] for line in device_dtypes.problems(nb)]
+
+    setup = "device = try_gpu()\nx = torch.randn(2, 3).to(device)\nnet = nn.Linear(3, 2).to(device)"
+    # what chapters 01, 02, 04, 06 and 07 did before they were fixed: every one is found
+    assert found(setup, "twin = torch.empty_like(torch.ones(2, 3, dtype=torch.float64, device=device), device='meta')",
+                 "assert x.to(device, copy=True) is not x and x.to(torch.float64) is not x",
+                 "in_f64 = Zoo().to(device, torch.float64)",
+                 "moved = copy.deepcopy(net).double()\nfirst = net[0].weight if False else net.weight.double()",
+                 "seq = torch.arange(8.0, dtype=torch.float64).reshape(2, 4)\ny = seq.to(device)",
+                 "exact = sum(x.flip(0).double().tolist())",
+                 "for p in net.parameters():\n    p.data = p.data.to(dtype=torch.float64)",
+                 "def check(layer, inputs):\n    return copy.deepcopy(layer).double()(inputs.double())",
+                 "check(nn.Tanh(), x)") == [
+        "torch.ones(2, 3, dtype=torch.float64, device=device)", "x.to(torch.float64)",
+        "Zoo().to(device, torch.float64)", "copy.deepcopy(net).double()", "net.weight.double()", "seq.to(device)",
+        "x.flip(0).double()", "p.data.to(dtype=torch.float64)", "inputs.double()"]
+    # float16 on device, float64 on the CPU or on meta, and what has left the device: nothing to find
+    assert found(setup, "half = copy.deepcopy(net).half()\nh = x.to(device, torch.float16)",
+                 "ref = x.cpu().double()\nexact = sum(x.double().tolist()) if False else sum(x.tolist())",
+                 "y = x.detach().to('cpu', torch.float64)\nm = copy.deepcopy(net).to('cpu', torch.float64)",
+                 "with torch.device('meta'):\n    shadow = nn.Linear(4, 1).to(torch.float64)",
+                 "t = torch.empty_like(x, device='meta', dtype=torch.float64)",
+                 "x = x.cpu()\nx64 = x.double()",
+                 "probes = torch.randn(64, 4, dtype=torch.float64)\nrank = torch.linalg.matrix_rank(probes)",
+                 ) == ["x.double()"]  # only the line written to be found: x was still on device there
 
 
 def test_unknown_chapter_numbers_are_refused_before_anything_runs(monkeypatch, capsys):

@@ -24,8 +24,6 @@ import pytest
 
 from tools import course, slides
 
-pytestmark = pytest.mark.xdist_group("browser")  # the Chromium of tests/test_browser.py (conftest.py)
-
 CHAPTERS = [c for c in course.CHAPTERS if c.path.exists()]
 MIN_TEXT_PX = 13
 ALWAYS_BANNED = ("VBox(children=", "HBox(children=", "google.colab", "%pip install", course.SETUP_END)

@@ -68,6 +68,70 @@ def test_a_gpu_run_cannot_be_green_by_skipping_and_outputs_are_compared(tmp_path
     assert "; REQUIRE_GPUS=1" in report
 
 
+def test_work_units_come_from_the_test_ids():
+    """A notebook is one unit, the browser modules another, every other test a unit of its own: no xdist_group
+    mark is needed (pytest 9.2 drops the ``@group`` suffix by which xdist carried one to its scheduler)."""
+    ids = ["notebooks/07_gpu_placement.ipynb::Cell 0", "notebooks/07_gpu_placement.ipynb::Cell 12",
+           "notebooks/zh-Hant/07_gpu_placement.ipynb::Cell 0", "tests/test_browser.py::test_rise",
+           "tests/test_slides.py::test_deck[02]", "tests/test_checks.py::test_a", "tests/test_checks.py::test_b"]
+    assert [conftest.work_unit(i) for i in ids] == [
+        "notebooks/07_gpu_placement.ipynb", "notebooks/07_gpu_placement.ipynb",
+        "notebooks/zh-Hant/07_gpu_placement.ipynb", "browser", "browser",
+        "tests/test_checks.py::test_a", "tests/test_checks.py::test_b"]
+
+
+class FakeWorker:
+    """What xdist's scope scheduling asks of a worker: run these tests (by index), shut down."""
+
+    def __init__(self, name):
+        self.gateway = SimpleNamespace(id=name)
+        self.shutting_down = False
+        self.pending: list[int] = []
+
+    def send_runtest_some(self, indices):
+        self.pending.extend(indices)
+
+    def shutdown(self):
+        self.shutting_down = True
+
+
+def test_with_loadgroup_a_notebook_runs_in_order_on_one_worker_and_other_tests_spread():
+    """xdist's scheduling, with the course's units, over two pretend workers that collected the test ids pytest 9.2
+    gives (no ``@group`` suffix), run to the end: each notebook's cells on one worker, in order; the browser modules
+    on one worker; the other tests on both. ``--dist load`` stays xdist's own."""
+    option = SimpleNamespace(dist="loadgroup", tx=["2*popen"], loadscopereorder=True)
+    config = SimpleNamespace(getvalue=lambda name: getattr(option, name), option=option)
+    log = SimpleNamespace(loadscopesched=lambda *args: None)
+    assert conftest.pytest_xdist_make_scheduler(SimpleNamespace(getvalue=lambda name: "load"), log) is None
+    scheduler = conftest.pytest_xdist_make_scheduler(config, log)
+    ids = [*(f"notebooks/07_gpu_placement.ipynb::Cell {i}" for i in range(6)),
+           *(f"notebooks/10_data_parallel_training.ipynb::Cell {i}" for i in range(5)),
+           *(f"tests/test_checks.py::test_{i}" for i in range(8)),
+           "tests/test_browser.py::test_rise", "tests/test_slides.py::test_deck[01]",
+           "tests/test_slides.py::test_deck[02]"]
+    workers = [FakeWorker("gw0"), FakeWorker("gw1")]
+    for worker in workers:
+        scheduler.add_node(worker)
+    for worker in workers:
+        scheduler.add_node_collection(worker, ids)
+    scheduler.schedule()
+    ran: dict[str, list[str]] = {"gw0": [], "gw1": []}
+    while any(w.pending for w in workers):
+        for worker in workers:  # the workers take turns, one test each
+            if worker.pending:
+                index = worker.pending.pop(0)
+                ran[worker.gateway.id].append(ids[index])
+                scheduler.mark_test_complete(worker, index)
+    assert sorted(ran["gw0"] + ran["gw1"]) == sorted(ids)
+    for unit in ("07_gpu_placement.ipynb", "10_data_parallel_training.ipynb", "test_browser.py", "test_slides.py"):
+        on = [name for name, tests in ran.items() if any(unit in t for t in tests)]
+        assert len(on) == 1, (unit, ran)
+        assert [t for t in ran[on[0]] if unit in t] == [t for t in ids if unit in t]  # in order
+    browser = [name for name, tests in ran.items() if any("test_browser" in t or "test_slides" in t for t in tests)]
+    assert len(browser) == 1, ran
+    assert all(any("test_checks" in t for t in tests) for tests in ran.values()), ran  # spread one by one
+
+
 @pytest.mark.parametrize(
     "need, have, required, verdict",
     [

@@ -3,7 +3,8 @@
     python -m tools.course sync [NN ...] # rewrite badges, navigation, Colab setup block, slide
                                          # metadata and the README's chapter table
     python -m tools.course check         # exit 1 if any of those is stale (tests run this)
-    python -m tools.course devices       # compared cells of chapters 01-10 that work on `device`
+    python -m tools.course devices       # compared cells of chapters 01-10 that work on `device`, and any
+                                         # float64 or complex128 a lesson puts there (MPS lacks them)
     python -m tools.course execute [NN ...]
                                          # re-run notebooks and save their outputs (the reference)
     python -m tools.course slides [NN ...] [--lang zh-Hans|zh-Hant]
@@ -593,6 +594,12 @@ def device_report() -> str:
         total_used, total = total_used + used, total + compared
         rows.append(f"{ch.number}  {used:3d} / {compared:3d}  ({100 * used / max(compared, 1):.0f} %)")
     rows.append(f"all {total_used:3d} / {total:3d}  ({100 * total_used / max(total, 1):.0f} %)")
+    from tools import device_dtypes
+
+    found = [f"{ch.number} {problem}" for ch in CHAPTERS if ch.path.exists()
+             for problem in device_dtypes.problems(nbformat.read(ch.path, as_version=4))]
+    rows.append("float64 or complex128 on `device` (MPS lacks them): " + ("none" if not found else ""))
+    rows.extend(found)
     return "\n".join(rows)
 
 
@@ -602,7 +609,8 @@ def main(argv: list[str] | None = None) -> int:
     sync_ = sub.add_parser("sync", help="rewrite the generated parts of notebooks and README")
     sync_.add_argument("numbers", nargs="*", help="only these chapters, such as 01 02 (default: all and README)")
     sub.add_parser("check", help="exit 1 if a generated part is stale")
-    sub.add_parser("devices", help="count the compared cells of chapters 01-10 that work on `device`")
+    sub.add_parser("devices", help="count the compared cells of chapters 01-10 that work on `device`, and list "
+                   "any float64 or complex128 a lesson puts there")
     run = sub.add_parser("execute", help="re-run notebooks without CUDA GPUs and save their outputs")
     run.add_argument("numbers", nargs="*", help="chapter numbers such as 01 02 (default: all)")
     deck = sub.add_parser("slides", help="write self-contained lecture decks into slides/ (tools/slides.py)")

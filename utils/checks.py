@@ -80,6 +80,16 @@ class ExerciseFailed(AssertionError):
         super().__init__(message)
         self.where = where
 
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows in place of the traceback: the verdict, the hint and the check's line that failed,
+        and no frames. A traceback whose last frame is in this file reads as a crash of the course; a failed
+        check is a verdict on the answer. The exception is still raised, so *Run All* stops at it."""
+        lines = str(self).splitlines()
+        at = _(FAILED_AT).format(where=self.where) if self.where else ""
+        if at and at not in lines:
+            lines.append(at)
+        return lines
+
 
 def _check_line() -> str:
     """The file and line of the innermost frame outside this module and contextlib: the check's own line."""
