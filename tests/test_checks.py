@@ -245,7 +245,7 @@ def test_in_a_kernel_a_failed_check_is_a_verdict_and_run_all_stops_there(tmp_pat
 
 def test_same_device_refuses_what_cuda_refuses_and_lets_through_what_it_accepts():
     """Meta inputs stand in for GPU inputs and the CPU for the default device (chapters 06 and 07)."""
-    from utils.checks import same_device
+    from utils.exercises.cuda_rules import same_device
 
     data = torch.zeros(3, 2, device="meta")
     index = torch.tensor([[0, 1], [2, 0]])
@@ -271,7 +271,7 @@ def test_same_device_refuses_what_cuda_refuses_and_lets_through_what_it_accepts(
 def test_the_stand_ins_move_index_tensors_to_the_data_as_cuda_does():
     """CUDA moves a CPU index tensor to the data in advanced indexing (ATen's make_info), and a 0-dim CPU value
     in index_put_; gather and scatter take no index on another device. The stand-ins do the same."""
-    from utils.checks import default_device_elsewhere, same_device
+    from utils.exercises.cuda_rules import default_device_elsewhere, same_device
 
     data = torch.zeros(3, 4, device="meta")
     with same_device("x"):

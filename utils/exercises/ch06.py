@@ -10,7 +10,8 @@ input's, and the default one (the CPU) where a tensor made without ``device=`` l
 
 * Inputs on the ``meta`` device (shapes and devices, no data) stand in for inputs on a GPU; the result
   must be on ``meta`` too. Meta kernels do not refuse every mix of devices that CUDA refuses (a
-  ``scatter_add_`` with a CPU ``src`` runs), so :func:`utils.checks.same_device` refuses them as CUDA does:
+  ``scatter_add_`` with a CPU ``src`` runs), so :func:`utils.exercises.cuda_rules.same_device` refuses them as
+  CUDA does:
   a call may mix the two devices only through the CPU numbers CUDA accepts (0-dim tensors), CPU index
   tensors in advanced indexing (``x[idx]``, ``x[idx] = v``, ``index_put_``: CUDA moves them to the data;
   ``gather``, ``scatter*``, ``index_select`` and ``index_add_`` refuse them on CUDA and here; a CPU tensor
@@ -19,7 +20,7 @@ input's, and the default one (the CPU) where a tensor made without ``device=`` l
   input's device, and on a GPU the copy waits for its queued work.
 * Where an operation has no meta kernel (``torch.bincount``, a boolean mask) or the code needs the values
   (``.item()``, ``.tolist()``), the check falls back to CPU inputs with the *default* device set to
-  ``meta`` (:func:`utils.checks.default_device_elsewhere`): a tensor the answer creates without
+  ``meta`` (:func:`utils.exercises.cuda_rules.default_device_elsewhere`): a tensor the answer creates without
   ``device=`` lands on ``meta`` (a number, 0-dim, stays on the CPU, as CUDA accepts it), so the result
   moves, breaks or changes, and the same function mode, with the two devices' roles swapped, refuses a
   call that mixes it with the inputs. An answer that takes the device from its input gives the same CPU
@@ -41,7 +42,8 @@ from collections.abc import Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from utils.checks import ExerciseFailed, default_device_elsewhere, exercise, expect, learner_code, same_device
+from utils.checks import ExerciseFailed, exercise, expect, learner_code
+from utils.exercises.cuda_rules import default_device_elsewhere, same_device
 from utils.i18n import N_, _
 
 __all__ = ["check_count_tokens", "check_one_hot", "check_segment_mean", "check_select_scores"]

@@ -3,7 +3,7 @@
 Every check runs on the CPU: the ``meta`` device (shapes and dtypes, no data) stands in for a second
 device, and dtype conversion shows what ``.to()`` reaches. Meta is more lenient than CUDA: it runs matrix
 products, convolutions, ``embedding``, ``gather`` and ``scatter_add_`` with a CPU operand without a word,
-so the answer's calls on meta inputs run under :func:`utils.checks.same_device`, which refuses what CUDA
+so the answer's calls on meta inputs run under :func:`utils.exercises.cuda_rules.same_device`, which refuses what CUDA
 refuses (and accepts what it accepts: a 0-dim CPU number, a CPU index tensor for indexing). The checks
 of exercises 1 and 2 also take the notebook's ``device`` and run the answer there, so on a GPU machine
 the answer is tried on the GPU too.
@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import nn
 
-from utils.checks import ExerciseFailed, exercise, expect, learner_code, same_device
+from utils.checks import ExerciseFailed, exercise, expect, learner_code
+from utils.exercises.cuda_rules import same_device
 from utils.i18n import N_, _
 from utils.placement import _is_plain_tensor, _own_attributes, stray_attributes, stray_text
 
