@@ -401,7 +401,44 @@ class EpsilonAttribute(ReverseLoop):
         return super().forward(x + self.eps)
 
 
+class ForwardWithoutGrad(BufferAndSequential):
+    """The right output, computed under torch.no_grad(): nothing in it trains."""
+
+    def forward(self, x):
+        with torch.no_grad():
+            return super().forward(x)
+
+
+class DetachesTheBatch(BufferAndSequential):
+    """Detaches its input: the layers train, but no gradient reaches the layers before the model."""
+
+    def forward(self, x):
+        return super().forward(x.detach())
+
+
+class ChecksStdInPython(BufferAndSequential):
+    """Reads a value into Python in forward (bool of a tensor), which a meta tensor cannot give."""
+
+    def forward(self, x):
+        if not bool((self.std > 0).all()):
+            raise ValueError("std must be positive")
+        return super().forward(x)
+
+
+class RefusesMeta(BufferAndSequential):
+    """Fails on meta for a reason of its own: the hint must not guess that it reads values."""
+
+    def forward(self, x):
+        if x.is_meta:
+            raise ValueError("not on meta")
+        return super().forward(x)
+
+
 WRONG_MOVABLE = [
+    (ForwardWithoutGrad, "no gradient reaches "),
+    (DetachesTheBatch, "no gradient reaches x from the output"),
+    (ChecksStdInPython, "forward reads values into Python (.item(), .tolist(), .numpy())"),
+    (RefusesMeta, "raised ValueError: not on meta: forward must work on any device"),
     (EpsilonAttribute, ".to() right after construction leaves eps (plain tensor attribute) behind: use "
                        "self.register_buffer(name, tensor)."),
     (StackedBuffer, "mean and std are stacked into one tensor, stats of shape (2, 4): the task asks for each in a "
@@ -434,6 +471,18 @@ WRONG_MOVABLE = [
     (RegisteredOverPlain, "drop the plain assignment (self.mean = mean)"),
     (StandardizesInPlace, "forward changed its input in place"),
 ]
+
+
+def test_movable_names_the_tensors_no_gradient_reaches():
+    _, message = outcome(check_movable, ForwardWithoutGrad)
+    assert ".weight" in message and ".bias" in message and "x" in message
+    _, message = outcome(check_movable, DetachesTheBatch)
+    assert "weight" not in message.split("no gradient reaches")[1].split("from the output")[0]
+
+
+def test_movable_names_reading_values_only_when_it_happened():
+    _, message = outcome(check_movable, RefusesMeta)
+    assert ".item()" not in message
 
 
 @pytest.mark.parametrize("right", RIGHT_MOVABLE, ids=lambda c: c.__name__)
@@ -681,6 +730,34 @@ class OwnCpuGeneratorInPlace(OwnCpuGenerator):
         return x + torch.empty_like(x).normal_(0, self.sigma, generator=self.generator) if self.training else x
 
 
+class DrawnOnceBroadcast(Noise):
+    """One number drawn per call and broadcast over the whole input."""
+
+    def forward(self, x):
+        return x + self.sigma * torch.randn((), device=x.device, dtype=x.dtype) if self.training else x
+
+
+class ReversedCondition(Noise):
+    def forward(self, x):
+        return x if self.training else x + self.sigma * torch.randn_like(x)
+
+
+class NeverAddsNoise(Noise):
+    """Forgets the noise: identity in both modes, with a correct self.training test."""
+
+    def forward(self, x):
+        return x if self.training else x
+
+
+class GradientZeroedByHand(Noise):
+    """The right values, but x enters only through x * 0 and a detached copy: a zero gradient, no torch.normal."""
+
+    def forward(self, x):
+        if not self.training:
+            return x
+        return x * 0 + x.detach() + self.sigma * torch.randn_like(x)
+
+
 class HardCodedSigma(Noise):
     def forward(self, x):
         return x + 0.5 * torch.randn_like(x) if self.training else x
@@ -695,13 +772,17 @@ WRONG_NOISE = [
     (ToWithoutKeeping, "created inside forward without device=x.device"),
     (NoiseWrongDtype, "a bfloat16 input gave a float32 output"),
     (NoiseAlways, "in eval mode (layer.eval()) return the input unchanged"),
-    (EvalIsAMethod, "self.eval is a method"),
+    (EvalIsAMethod, "forward tests self.eval, a method, and a method is always true"),
     (NoiseWithVariance, "std 0.5; got 0.250"),
     (UniformNoise, "not normally distributed"),
     (ShiftedNoise, "the noise must have mean 0; got 0.5"),
     (NoiseReplaces, "add the noise to the input"),
     (NoiseSharedByRows, "every element of a batch needs its own noise"),
-    (OneNumberPerRow, "sigma=0.5 must give noise of std 0.5; got 0.000"),
+    (OneNumberPerRow, "every element needs its own noise: all 20000 elements of the output are the same number"),
+    (DrawnOnceBroadcast, "every element needs its own noise: all 20000 elements of the output are the same number"),
+    (ReversedCondition, "the condition is the wrong way round"),
+    (NeverAddsNoise, "in training mode (the default) the output must differ from the input"),
+    (GradientZeroedByHand, "the gradient of sum(output) with respect to x must be all ones"),
     (SeededEveryCall, "fresh noise on every call"),
     (AddsInPlace, "forward changed its input"),
     (NoiseOnCuda, "hard-coded device such as .cuda()"),
@@ -714,6 +795,18 @@ WRONG_NOISE = [
     (SigmaVectorBuffer, "the layer keeps sigma as a float32 tensor of shape (1,)"),
     (SigmaVectorBuffer, "Keep sigma a Python number, or cast it: self.sigma.to(x.dtype)"),
 ]
+
+
+@pytest.mark.parametrize(
+    ("wrong", "absent"),
+    [(DrawnOnceBroadcast, "std 0.5; got"), (OneNumberPerRow, "std 0.5; got"), (NeverAddsNoise, "self.eval"),
+     (ReversedCondition, "self.eval"), (EvalIsAMethod, "wrong way round"), (GradientZeroedByHand, "torch.normal"),
+     (UniformNoise, "rand_like")],
+    ids=lambda w: getattr(w, "__name__", ""),
+)
+def test_noise_hints_name_only_observed_causes(wrong, absent):
+    verdict, message = outcome(check_noise, wrong)
+    assert verdict == "failed" and absent not in message, message
 
 
 @pytest.mark.parametrize("right", RIGHT_NOISE, ids=lambda c: c.__name__)

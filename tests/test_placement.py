@@ -90,3 +90,20 @@ def test_adam_step_peak_bad_input_is_named():
         adam_step_peak([3.0])
     with pytest.raises(ValueError, match=r"others\[i\]"):
         adam_step_peak([3], others=[-1])
+
+
+def test_chapter_07_recaps_registration_in_one_table_and_teaches_reading_values():
+    """07 recaps what ``.to()`` reaches (taught in 01 and 04) in one table, and teaches that reading values
+    (``.numpy()``, ``np.asarray``, plotting, ``.item()``, ``.tolist()``) needs the host, with a GPU cell."""
+    import nbformat
+
+    from tools import course
+
+    core = course.core_path(nbformat.read(course.NOTEBOOKS / "07_gpu_placement.ipynb", as_version=4))
+    recaps = [c.source for c in core if c.cell_type == "markdown" and "As chapters [01]" in c.source]
+    assert len(recaps) == 1 and "[04]" in recaps[0]
+    rows = ("| plain tensor attribute", "| module in a Python list", "| `register_buffer`", "| `nn.ModuleList`")
+    assert all(row in recaps[0] for row in rows)
+    code = "\n".join(c.source for c in core if c.cell_type == "code")
+    assert all(read in code for read in (".numpy()", "np.asarray", ".detach().cpu().numpy()", ".tolist()", ".item()"))
+    assert any("requires-cuda" in c.metadata.get("tags", []) and "Figure().subplots().plot" in c.source for c in core)

@@ -120,6 +120,10 @@ _NOISE_ELSEWHERE_ADVICE = N_(
 )
 
 
+#: How torch refuses to read the values of a meta tensor (.item(), .tolist(), .numpy()).
+_READS_VALUES = re.compile(r"item\(\)|copy out of meta|to numpy", re.IGNORECASE)
+
+
 def _elsewhere_hint(err: Exception, what: str) -> str:
     """A hint for an error raised on a ``meta`` input, without quoting PyTorch's wording."""
     if "device" in str(err):
@@ -127,10 +131,14 @@ def _elsewhere_hint(err: Exception, what: str) -> str:
             "{what} raised {error} (tensors on two devices): a tensor it uses stayed on the "
             "CPU, created inside forward without device=x.device, or kept where .to() cannot see it"
         ).format(what=what, error=type(err).__name__)
-    return _(
-        "{what} raised {error}. Likely cause: forward must work on any device; "
-        "reading values into Python (.item(), .tolist(), .numpy()) cannot run on the 'meta' device"
-    ).format(what=what, error=f"{type(err).__name__}: {err}")
+    if _READS_VALUES.search(str(err)):
+        return _(
+            "{what} raised {error}: forward reads values into Python (.item(), .tolist(), .numpy()), which a "
+            "meta tensor does not have, and which on a GPU is a copy to the host and a wait on every call. "
+            "Keep the computation in tensor operations"
+        ).format(what=what, error=type(err).__name__)
+    return _("{what} raised {error}: forward must work on any device").format(
+        what=what, error=f"{type(err).__name__}: {err}")
 
 
 # --- Exercise 1 ------------------------------------------------------------------------------------
@@ -275,6 +283,19 @@ def _check_movable_with(cls: type[nn.Module], device: torch.device, mean: torch.
         torch.allclose(y, expected, atol=1e-6),
         _("forward must compute (x - mean) / std, then the layers with a ReLU between them (none after the last)"),
     )
+    x_grad = x.clone().requires_grad_()
+    with _calling(_("backward through the model's output"), standardizes):
+        if (out := model(x_grad)).requires_grad:
+            out.sum().backward()
+    cut = [f"{name}.{kind}" for name, m in model.named_modules() if isinstance(m, nn.Linear)
+           for kind, p in m.named_parameters() if p.grad is None] + ["x"] * (x_grad.grad is None)
+    model.zero_grad(set_to_none=True)
+    expect(
+        not cut,
+        _("no gradient reaches {names} from the output: something in forward cuts the graph (torch.no_grad(), "
+          ".detach() or .data), so training would not reach them").format(names=", ".join(cut)),
+    )
+
     def holds(t: torch.Tensor, values: torch.Tensor) -> bool:  # in any shape: (4,), or (1, 4) to broadcast
         return t.numel() == values.numel() and torch.equal(t.detach().reshape(-1), values)
 
@@ -361,18 +382,34 @@ def _check_movable_with(cls: type[nn.Module], device: torch.device, mean: torch.
 class _GeneratorDevices(torch.overrides.TorchFunctionMode):
     """Records the devices of the generators that random draws are given (``generator=``), so that a
     generator on another device than the input is found on a CPU-only machine too: ``meta`` accepts any
-    generator, and a GPU would refuse a CPU one."""
+    generator, and a GPU would refuse a CPU one. Also records the names of the functions called."""
 
     def __init__(self) -> None:
         super().__init__()
         self.devices: list[torch.device] = []
+        self.called: set[str] = set()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        self.called.add(getattr(func, "__name__", ""))
         generator = kwargs.get("generator")
         if isinstance(generator, torch.Generator):
             self.devices.append(generator.device)
         return func(*args, **kwargs)
+
+
+class _FalsyEval:
+    """Stands in for a layer's ``eval`` method: calls it, but is false as a condition (a bound method is
+    always true), so a forward that tests ``if self.eval:`` shows itself."""
+
+    def __init__(self, layer: nn.Module) -> None:
+        self.layer = layer
+
+    def __call__(self) -> nn.Module:
+        return nn.Module.eval(self.layer)
+
+    def __bool__(self) -> bool:
+        return False
 
 
 def _ks_to_normal(sample: torch.Tensor, std: float) -> float:
@@ -386,8 +423,8 @@ def _ks_to_normal(sample: torch.Tensor, std: float) -> float:
 
 def _expect_gradient_passes(layer: nn.Module) -> None:
     """In training mode the gradient of ``layer(x).sum()`` with respect to ``x`` is all ones, as for ``x + noise``."""
-    x = torch.zeros(64, requires_grad=True)
-    with _calling(_("calling the layer in training mode on an input that requires grad"), ""):
+    x, calls = torch.zeros(64, requires_grad=True), _GeneratorDevices()
+    with calls, _calling(_("calling the layer in training mode on an input that requires grad"), ""):
         out = layer(x)
         if isinstance(out, torch.Tensor) and out.requires_grad:
             out.sum().backward()
@@ -397,7 +434,7 @@ def _expect_gradient_passes(layer: nn.Module) -> None:
           "or torch.no_grad() cut it off. Return x itself plus the noise: x + sigma * torch.randn_like(x)"),
     )
     expect(
-        bool(x.grad.count_nonzero()),
+        bool(x.grad.count_nonzero()) or "normal" not in calls.called,
         _("the gradient through the layer is zero: torch.normal(x, sigma) does not pass gradients to its mean x, "
           "so the layers before it would not learn. Add the noise to x instead: x + sigma * torch.randn_like(x)"),
     )
@@ -487,13 +524,40 @@ def check_noise(cls: type[nn.Module], device: torch.device | str | None = None) 
             _("on torch.zeros(20_000) the output stayed all zeros, and on ones it changed: the noise is multiplied "
               "into x. Add it: return x + sigma * noise"),
         )
+        with _calling(_("calling the layer in eval mode"), ""):
+            in_eval = layer.eval()(x)
+        layer.train()
+        expect(
+            not isinstance(in_eval, torch.Tensor) or torch.equal(in_eval, x),
+            _("the noise comes in eval mode and not in training mode: the condition is the wrong way round. "
+              "Add the noise when self.training is True"),
+        )
+        layer.eval = _FalsyEval(layer)
+        with _calling(called, ""):
+            probe = layer(x)
+        del layer.eval
+        expect(
+            not isinstance(probe, torch.Tensor) or torch.equal(probe, x),
+            _("forward tests self.eval, a method, and a method is always true: test self.training instead"),
+        )
         expect(
             False,
             _("in training mode (the default) the output must differ from the input: add the noise when "
-              "self.training is True (self.eval is a method, and a method is always true)"),
+              "self.training is True"),
         )
     expect(not torch.equal(noisy, again),
            _("draw fresh noise on every call in training mode (no fixed seed in forward)"))
+    sizes = noisy.detach().abs().unique().numel()  # independent float draws almost never repeat a size
+    expect(
+        sizes > 1,
+        _("every element needs its own noise: all 20000 elements of the output are the same number, one draw "
+          "broadcast over x (a noise of shape (1,) or ()). Draw it with x's full shape: torch.randn_like(x)"),
+    )
+    expect(
+        sizes > 0.9 * noisy.numel(),
+        _("the noise repeats itself: its 20000 elements have only {sizes} different sizes. Draw every element "
+          "independently: torch.randn_like(x)").format(sizes=sizes),
+    )
     mean, std = noisy.mean().item(), noisy.std().item()
     expect(abs(std - 0.5) < 0.02, _("sigma=0.5 must give noise of std 0.5; got {std}").format(std=f"{std:.3f}"))
     expect(abs(mean) < 0.02, _("the noise must have mean 0; got {mean}").format(mean=f"{mean:.3f}"))
@@ -501,15 +565,8 @@ def check_noise(cls: type[nn.Module], device: torch.device | str | None = None) 
     expect(
         distance < 0.025,
         _("the noise has std 0.5 but is not normally distributed (its distribution is {distance} away from "
-          "the normal one): draw it with torch.randn_like, not torch.rand_like (uniform)").format(
+          "the normal one): draw it with torch.randn_like(x), which draws from the standard normal").format(
               distance=f"{distance:.3f}"),
-    )
-    sizes = noisy.detach().abs().unique().numel()  # independent float draws almost never repeat a size
-    expect(
-        sizes > 0.9 * noisy.numel(),
-        _("the noise repeats itself: its 20000 elements have only {sizes} different sizes, as with "
-          "torch.cat([n, -n]) or n.repeat(2). Draw every element independently: torch.randn_like(x)").format(
-              sizes=sizes),
     )
     with _calling(_("calling the layer on a (64, 32) batch"), _("draw noise of x's full shape")):
         batch = layer(torch.zeros(64, 32))
