@@ -3,7 +3,7 @@
 Each check builds its own small, seeded layers on the CPU and leaves the global random generator as it found it.
 The chapter teaches no device but the CPU, and the checks use no other (the ``meta`` device would load sympy and
 ``torch._dynamo`` on its first operation): a float64 configuration shows a tensor that an answer made itself,
-with the default dtype, and :class:`~utils.exercises.ch00.TorchCalls` sees what an answer asked torch for, so
+with the default dtype, and :class:`~utils.exercises.observe.TorchCalls` sees what an answer asked torch for, so
 that a hint names a cause (a ``.detach()``, a tensor made without ``device=``, a move to ``"cpu"``) only where
 the check saw it.
 """
@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from utils.checks import exercise, expect, keeps_global_rng, learner_code
-from utils.exercises.ch00 import TorchCalls
+from utils.exercises.observe import TorchCalls
 from utils.i18n import N_, _
 
 __all__ = ["check_clones", "check_parallel", "check_router"]

@@ -10,7 +10,7 @@ run the answer on a network and an example on ``meta`` (no data, no cost), where
 with the default device fails as it would on a GPU. Every initialized parameter must still be trainable
 (requires grad, not an inference tensor). Distributions are checked by their family (a Kolmogorov–Smirnov
 distance to the uniform or normal law), not only by their std. A hint says what was observed
-(:class:`~utils.exercises.ch00.TorchCalls` sees what the answer asked torch for, outside the network's own
+(:class:`~utils.exercises.observe.TorchCalls` sees what the answer asked torch for, outside the network's own
 forward); where the cause cannot be told from that, it says so.
 """
 
@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from utils.checks import exercise, expect, learner_code
-from utils.exercises.ch00 import TorchCalls
+from utils.exercises.observe import TorchCalls
 from utils.i18n import N_, _
 
 __all__ = ["check_init_xavier", "check_initialize_lazy", "check_lazy_optimizer"]
