@@ -643,3 +643,17 @@ def test_the_stand_in_records_the_flag_each_backward_ran_with():
     late.sum().backward()
     assert log == [("forward", True), ("forward", True), ("backward", True), ("backward", True)]
     assert ddp.sync_at_backward == [False, True]
+
+
+def test_each_exercise_heading_is_its_checks_title():
+    """The notebook's `### Exercise N · ...` heading and what its check prints say the same (and so translate the
+    same); chapter 10 builds on chapter 08's gradient accumulation (section 7), which its prerequisites say."""
+    import nbformat
+
+    from tools import course
+
+    chapter = course.BY_NUMBER["10"]
+    headings = [c.source.splitlines()[0].removeprefix("### ") for c in nbformat.read(chapter.path, as_version=4).cells
+                if c.cell_type == "markdown" and c.source.startswith("### Exercise")]
+    assert headings == [check.title for check in (check_ddp_numbers, check_epoch_shards, check_accumulate_step)]
+    assert "08" in chapter.prerequisites
