@@ -1,23 +1,28 @@
-"""utils.ddp_train: the pieces of chapter 10's DDP training program, and whole runs in this process.
+"""utils.ddp_train, utils.ddp_minimal and utils.launch: chapter 10's DDP training program, its minimal script
+and the helper that launches them; their pieces, and whole runs in this process.
 
 The launched run (a two-node torchrun job on this machine, one process per node, batch 4 with 2
-micro-batches per step, ``--sync-demo``) is asserted in notebooks/10_data_parallel_training.ipynb,
+micro-batches per step, ``--demos``) is asserted in notebooks/10_data_parallel_training.ipynb,
 sections 4-8, which runs in this test suite under strict nbval: world size, ranks and node ranks,
 equal parameters and losses against a plain loop, rank-0-only logs and no progress bar when captured,
 identical replicas, disjoint shards, one checkpoint written by rank 0 that every rank reloads, the
 ``module.`` prefix of the wrapper's keys, gradients that differ across ranks inside ``no_sync()``,
-buffers broadcast from rank 0, SyncBatchNorm refused on the CPU. Launching it here as well would only
-repeat that work; these tests run the program in this process (a one-process group) and test its parts,
-and run it once in a fresh interpreter, as ``python -m`` does, to see that it stops gloo before it exits.
+buffers broadcast from rank 0, SyncBatchNorm refused on the CPU, the error of a forward that leaves
+parameters out and its fix, and the minimal script's training on both ranks. Launching it here as well would
+only repeat that work; these tests run the program in this process (a one-process group) and test its parts,
+and run it and the minimal script once in a fresh interpreter, as ``python -m`` and ``python`` do, to see
+that they stop gloo before they exit. The launcher is tested with a stand-in for torchrun.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import importlib.util
 import inspect
 import io
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -28,7 +33,9 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from utils import ddp_train
+from utils import ddp_train, launch
+
+MINIMAL = Path(importlib.util.find_spec("utils.ddp_minimal").origin)
 
 EPOCHS = 3
 
@@ -58,6 +65,24 @@ def plain_training(epochs: int, batch_size: int, lr: float = 0.1, momentum: floa
         for batch in torch.tensor(epoch_order(samples, seed, epoch)).split(batch_size):
             optimizer.zero_grad()
             nn.functional.mse_loss(model(x[batch]), y[batch]).backward()
+            optimizer.step()
+    return model
+
+
+def minimal_plain_training() -> nn.Module:
+    """utils/ddp_minimal.py's training in one process, without DDP, a sampler or a process group: its data and
+    initial weights from seed 0, then 3 epochs of batches of 8 in the one-process sampler's order, SGD at 0.2."""
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        x = torch.randn(64, 4)
+        y = x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]])
+        model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
+    for epoch in range(3):
+        for batch in torch.tensor(epoch_order(64, 0, epoch)).split(8):
+            loss = nn.functional.mse_loss(model(x[batch]), y[batch])
+            optimizer.zero_grad()
+            loss.backward()
             optimizer.step()
     return model
 
@@ -315,15 +340,20 @@ def test_the_cpu_path_binds_no_device(monkeypatch):
 
 
 #: In a fresh interpreter (torch._dynamo not imported yet, as in a launched worker), runs the module as
-#: ``python -m`` does (runpy, as ``__main__``): ``--help``, then a one-epoch run with the sync demo, with
-#: the garbage collector off so that only the program's own shutdown can stop gloo's threads. Prints what
-#: gloo_threads_left() finds then (the helpers above, copied into the script from their source).
+#: ``python -m`` does (runpy, as ``__main__``): ``--help``, then a one-epoch run with the demos, with
+#: the garbage collector off so that only the program's own shutdown can stop gloo's threads; then the
+#: minimal script as ``python ddp_minimal.py`` runs it, as torchrun's only worker (its environment set
+#: here). Prints what gloo_threads_left() finds after each (the helpers above, copied into the script from
+#: their source).
 AS_MAIN = "\n".join([
-    "import contextlib, gc, json, runpy, sys, time",
+    "import contextlib, gc, json, os, runpy, sys, time",
     "from pathlib import Path",
     inspect.getsource(gloo_threads),
     inspect.getsource(gloo_threads_left),
     """
+MINIMAL, PORT = sys.argv[1:3]  # before as_main() replaces sys.argv
+
+
 def as_main(*argv):
     sys.argv = ["ddp_train", *argv]
     try:
@@ -333,8 +363,15 @@ def as_main(*argv):
 
 gc.disable()
 assert as_main("--help") == 0
-code = as_main("--backend", "gloo", "--no-progress", "--epochs", "1", "--sync-demo", "--out", "r.json")
-print(json.dumps({"exit": code, "gloo_threads_left": gloo_threads_left()}))
+code = as_main("--backend", "gloo", "--no-progress", "--epochs", "1", "--demos", "--out", "r.json")
+after_program = gloo_threads_left()
+os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                  MASTER_PORT=PORT)
+Path("r.json").rename("program.json")
+Path("model.pt").rename("demos_model.pt")  # the demos ran the minimal script's train() too
+print("--- the minimal script")
+runpy.run_path(MINIMAL, run_name="__main__")
+print(json.dumps({"exit": code, "gloo_threads_left": after_program, "after_minimal": gloo_threads_left()}))
 """])
 
 
@@ -342,15 +379,26 @@ print(json.dumps({"exit": code, "gloo_threads_left": gloo_threads_left()}))
 def test_runs_as_a_module_from_any_folder_and_stops_gloo_before_exit(tmp_path, monkeypatch):
     """gloo threads that outlive destroy_process_group() can abort the process when Python exits."""
     without_a_launcher(monkeypatch)
-    done = subprocess.run([sys.executable, "-c", AS_MAIN], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", AS_MAIN, str(MINIMAL), str(launch.free_port())], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith("usage: python -m utils.ddp_train")
-    for flag in ("PER PROCESS", "--checkpoint", "--resume", "--accumulate", "--sync-demo"):
+    for flag in ("PER PROCESS", "--checkpoint", "--resume", "--accumulate", "--demos"):
         assert flag in done.stdout, flag
     # runpy warns when `import utils` has already imported the module it is asked to run.
     assert "found in sys.modules" not in done.stderr
-    assert json.loads(done.stdout.splitlines()[-1]) == {"exit": 0, "gloo_threads_left": []}
-    demo = json.loads((tmp_path / "r.json").read_text())["sync_demo"]
+    assert json.loads(done.stdout.splitlines()[-1]) == {"exit": 0, "gloo_threads_left": [], "after_minimal": []}
+    # The minimal script, run as a script by torchrun's only worker: rank 0 prints three epochs and saves the
+    # model it trained, which is what a plain loop over the sampler's batches of 8 gives.
+    printed = done.stdout.split("--- the minimal script\n")[1].splitlines()[:-1]
+    assert [line.split(":")[0] for line in printed] == ["epoch 0", "epoch 1", "epoch 2"], printed
+    saved = torch.load(tmp_path / "model.pt", weights_only=True)
+    assert list(saved) == ["weight", "bias"]  # the module inside DDP: no "module." prefix
+    expected = minimal_plain_training()
+    assert all(torch.allclose(saved[name], p.detach(), rtol=0, atol=1e-6) for name, p in expected.named_parameters())
+    # The demos ran the same train() in the program's group (one process there too): the same model.
+    assert all(torch.equal(t, saved[name]) for name, t in torch.load(tmp_path / "demos_model.pt").items())
+    demo = json.loads((tmp_path / "program.json").read_text())["demos"]
     # One rank: every comparison across ranks is trivially equal; BatchNorm sees only its own batches.
     assert demo["state_equal_before_wrap"] and demo["state_equal_after_wrap"]
     assert demo["running_means_sync_true"] == demo["running_means_sync_false"] == [[0.5], [0.75]]
@@ -358,3 +406,98 @@ def test_runs_as_a_module_from_any_folder_and_stops_gloo_before_exit(tmp_path, m
     # On the CPU, SyncBatchNorm refuses to train inside a process group (even a one-process one).
     assert (demo["sync_bn_type"], demo["sync_bn_train_forward"], demo["sync_bn_eval_forward"]) == (
         "SyncBatchNorm", "ValueError", "ok")
+    # A forward that leaves head_b out: the next step's forward raises, even with one rank; the option fixes it.
+    assert demo["unused_find_false"] == {"failed_step": 1, "error": "RuntimeError",
+                                         "says": [ddp_train.UNUSED_ERROR_START, ddp_train.UNUSED_ERROR_FIX]}
+    assert demo["unused_find_true"] == {"failed_step": None, "no_grad": ["head_b.weight", "head_b.bias"],
+                                        "grads_equal": True}
+
+
+# --- the minimal script ------------------------------------------------------------------------------
+
+def test_the_minimal_script_stays_minimal_and_imports_dynamo_before_it_makes_the_group():
+    """Chapter 10 prints it whole for learners to copy: short, only torch, and the gloo-safe order (see
+    CONTRIBUTING: torch._dynamo imported before init_process_group; the DDP model gone before the group)."""
+    source = MINIMAL.read_text()
+    code = [line for line in source.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    assert len(source.splitlines()) <= 60
+    assert all(line.startswith(("import torch", "from torch", "import os")) for line in code
+               if line.startswith(("import ", "from ")))
+    assert source.index("import torch._dynamo") < source.index("init_process_group(")
+    assert source.index("train(device)  #") < source.index("destroy_process_group()")
+    for part in ("DistributedSampler(", "sampler.set_epoch(epoch)", "DDP(", "model.module.state_dict()",
+                 'os.environ["LOCAL_RANK"]', "torch.cuda.set_device(device)", 'init_process_group("nccl", device_id'):
+        assert part in source, part
+
+
+def test_two_heads_leave_the_other_head_without_a_gradient():
+    heads = ddp_train.TwoHeads()
+    heads(torch.ones(2, 1)).sum().backward()
+    assert [name for name, p in heads.named_parameters() if p.grad is None] == ["head_b.weight", "head_b.bias"]
+    heads.zero_grad(set_to_none=True)
+    heads(torch.ones(2, 1), task="b").sum().backward()
+    assert [name for name, p in heads.named_parameters() if p.grad is None] == ["head_a.weight", "head_a.bias"]
+
+
+# --- the launcher, with a stand-in for torchrun ---------------------------------------------------------
+
+#: Prints what it was given and where, as JSON, and fails when its arguments say --fail.
+FAKE_TORCHRUN = """
+import json, os, sys
+names = ("OMP_NUM_THREADS", "TMPDIR", "GLOO_SOCKET_IFNAME", "CUDA_VISIBLE_DEVICES")
+print(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(), "env": {n: os.environ.get(n) for n in names}}))
+sys.exit(1 if "--fail" in sys.argv else 0)
+"""
+
+
+def test_the_launcher_prints_the_command_and_runs_every_agent_in_the_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(launch, "LAUNCHER", ["-c", FAKE_TORCHRUN])
+    outputs = launch.torchrun("--nproc-per-node=1", "-m", "utils.ddp_train", "--out", "a b.json", machines=2,
+                              cwd=tmp_path, env={"CUDA_VISIBLE_DEVICES": ""})
+    printed = capsys.readouterr().out
+    assert printed == (
+        "Each of the 2 machines runs (here: 2 torchrun agents on this computer, $PORT a free port):\n"
+        "CUDA_VISIBLE_DEVICES= torchrun --nnodes=2 --rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:$PORT \\\n"
+        "    --rdzv-id=ch10 --rdzv-conf=join_timeout=120 --local-addr=127.0.0.1 --nproc-per-node=1 -m \\\n"
+        "    utils.ddp_train --out 'a b.json'\n")
+    seen = [json.loads(out) for out, _err in outputs]
+    assert len(seen) == 2 and seen[0]["argv"] == seen[1]["argv"]  # the same command on every machine
+    endpoint = next(arg for arg in seen[0]["argv"] if arg.startswith("--rdzv-endpoint="))
+    assert endpoint.startswith("--rdzv-endpoint=127.0.0.1:") and endpoint.split(":")[-1].isdigit()  # a real port
+    assert seen[0]["argv"][-5:] == ["--nproc-per-node=1", "-m", "utils.ddp_train", "--out", "a b.json"]
+    assert Path(seen[0]["cwd"]).resolve() == tmp_path.resolve()
+    env = seen[0]["env"]
+    assert (env["OMP_NUM_THREADS"], env["CUDA_VISIBLE_DEVICES"]) == ("1", "")
+    assert Path(env["TMPDIR"]).resolve() == tmp_path.resolve()  # torchrun's default log folders stay in cwd
+    loopback = [name for _index, name in socket.if_nameindex() if name in ("lo", "lo0")]
+    assert env["GLOO_SOCKET_IFNAME"] == (loopback[0] if loopback else None)
+
+
+def test_one_machine_needs_no_rendezvous_and_a_failure_raises_with_what_the_agents_printed(tmp_path, monkeypatch,
+                                                                                           capsys):
+    monkeypatch.setattr(launch, "LAUNCHER", ["-c", FAKE_TORCHRUN])
+    launch.torchrun("--standalone", "--nproc-per-node=2", "ddp_minimal.py", cwd=tmp_path)
+    assert capsys.readouterr().out == "torchrun --standalone --nproc-per-node=2 ddp_minimal.py\n"
+    with pytest.raises(RuntimeError, match=r"(?s)the torchrun job failed:.*--fail"):
+        launch.torchrun("--standalone", "--fail", cwd=tmp_path)
+
+
+def test_a_job_that_runs_too_long_is_stopped(tmp_path, monkeypatch):
+    monkeypatch.setattr(launch, "LAUNCHER", ["-c", "import time; print('started', flush=True); time.sleep(60)"])
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="(?s)still running after 1.5 s; it was stopped:.*started"):
+        launch.torchrun("--standalone", cwd=tmp_path, timeout=1.5)
+    assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.0, True, "2"])
+def test_the_number_of_machines_is_checked(bad):
+    with pytest.raises(ValueError, match="machines"):
+        launch.rendezvous_flags(bad, 29400)
+
+
+def test_a_command_line_is_cut_into_lines_that_continue():
+    words = [f"--flag-number-{k}" for k in range(12)]
+    text = launch.command_line(words, width=40)
+    assert all(len(line) <= 40 for line in text.splitlines())
+    assert text.replace(" \\\n    ", " ") == "torchrun " + " ".join(words)

@@ -111,18 +111,34 @@ def measured_without_a_process_group(n_samples, world_size, batch_size):
     return world_size * batch_size, len(loader)
 
 
+def hard_coded(n_samples, world_size, batch_size):
+    """The colleague's case worked out by hand, for every input: the processes are not what is missing."""
+    return 128, 79
+
+
+def steps_of_all_processes_together(n_samples, world_size, batch_size):
+    return world_size * batch_size, world_size * math.ceil(n_samples / (world_size * batch_size))
+
+
 @pytest.mark.parametrize(
     ("wrong", "hint"),
     [
-        (forgot_the_processes, "--batch-size is per process"),
-        (steps_ignore_sharding, "each process gets ceil(10000/4) samples"),
-        (floor_drops_the_partial_batch, "a last partial batch still counts as a step"),
-        (floor_per_process, "the sampler pads the shards"),
-        (round_half_up, "48 samples make exactly 3 global batches of 16: nothing is left over"),
-        (floor_plus_one, "64 samples make exactly 4 global batches of 16: nothing is left over"),
+        (forgot_the_processes, "averages the gradients of 128 samples, not 32. --batch-size is per process."),
+        (hard_coded, "2 processes with --batch-size 8: the global batch is world_size × batch_size = 16, not 128"),
+        (steps_ignore_sharding, "313 steps is what one process reading all 10000 samples takes. Each process reads "
+                                "only its shard, ceil(10000/4) = 2500 samples, so an epoch has 79 steps"),
+        (floor_drops_the_partial_batch, "2500 samples per process in batches of 32: 78 steps leaves out the last, "
+                                        "partial batch"),
+        (floor_per_process, "10 samples on 4 processes: 1 steps is what a shard of 10//4 = 2 samples takes, but the "
+                            "sampler pads the shards"),
+        (round_half_up, "24 samples per process make exactly 3 batches of 8: nothing is left over"),
+        (floor_plus_one, "32 samples per process make exactly 4 batches of 8: nothing is left over"),
+        (steps_of_all_processes_together, "10000 samples, 4 processes, batch 32: 79 steps per epoch, not 316."),
         (returns_floats, "return a tuple of two ints"),
         (returns_a_list, "return a tuple of two ints"),
-        (measured_without_a_process_group, "calling ddp_numbers(10000, 4, 32) raised"),
+        (measured_without_a_process_group, "calling ddp_numbers(10000, 4, 32) raised ValueError: Default process "
+                                           "group has not been initialized"),
+        (measured_without_a_process_group, "no process group exists here: pass num_replicas=world_size and rank"),
     ],
 )
 def test_ddp_numbers_rejects(wrong, hint):
@@ -256,17 +272,46 @@ def both_bugs(n_samples, world_size, rank, epochs, seed):
     return no_set_epoch(n_samples, world_size, rank, epochs, seed + rank)
 
 
+def one_based_epochs(n_samples, world_size, rank, epochs, seed):
+    sampler = sampler_for(n_samples, world_size, rank, seed)
+    out = []
+    for epoch in range(1, epochs + 1):
+        sampler.set_epoch(epoch)
+        out.append(list(sampler))
+    return out
+
+
+def seed_zero(n_samples, world_size, rank, epochs, seed):
+    return right_new_sampler_each_epoch(n_samples, world_size, rank, epochs, 0)
+
+
+def set_epoch_after_the_epoch(n_samples, world_size, rank, epochs, seed):
+    sampler = sampler_for(n_samples, world_size, rank, seed)
+    out = []
+    for epoch in range(epochs):
+        out.append(list(sampler))
+        sampler.set_epoch(epoch)  # too late: the next epoch reads the order this one already had
+    return out
+
+
 @pytest.mark.parametrize(
     ("wrong", "hint"),
     [
-        (no_set_epoch, "call sampler.set_epoch(epoch)"),
+        (no_set_epoch, "12 samples on 3 ranks: epochs 0 and 1 have the same order. The sampler shuffles with seed + "
+                       "epoch, and its epoch stays 0 until set_epoch changes it: call sampler.set_epoch(epoch)"),
+        (set_epoch_after_the_epoch, "epochs 0 and 1 have the same order"),
+        (one_based_epochs, "12 samples, 3 ranks: epoch 0 got the order of the sampler's epoch 1"),
+        (seed_zero, "10 samples, 4 ranks, seed 5: every rank sees what seed 0 gives. Pass the seed argument"),
         (seed_per_rank, "the same seed and the same epoch number"),
         (epoch_per_rank, "the same seed and the same epoch number"),
-        (no_shuffle, "shuffle (shuffle=True)"),
-        (drop_last, "keep drop_last=False"),
-        (by_hand_without_padding, "pads uneven data by repeating the first indices"),
+        (no_shuffle, "rank 0 sees [0, 3, 6, 9] in epoch 0, the data in their order: they are not shuffled. Keep "
+                     "shuffle=True"),
+        (drop_last, "10 samples on 4 ranks, epoch 0: every rank got 2 indices, so the last 2 samples were dropped "
+                    "(drop_last=True). Keep drop_last=False"),
+        (by_hand_without_padding, "(got [3, 3, 2, 2]). The sampler pads uneven data by repeating the first indices"),
         (ignores_the_seed, "use the sampler, its seed and its epoch numbers"),
-        (no_process_group, "give DistributedSampler num_replicas=world_size and rank=rank"),
+        (no_process_group, "asked the process group for them, and no process group exists here: pass "
+                           "num_replicas=world_size and rank=rank"),
         (returns_the_sampler, "got list of DistributedSampler"),
         (batches_of_tensors, "got list of list of Tensor"),
         (both_bugs, "the same seed"),
@@ -476,6 +521,44 @@ def loss_on_a_tuple(ddp, optimizer, loss_fn, micro_batches):
     optimizer.step()
 
 
+def divides_by_the_micro_batch_size(ddp, optimizer, loss_fn, micro_batches):  # right when K equals their size
+    optimizer.zero_grad()
+    k = len(micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
+        with ddp.no_sync() if i < k - 1 else contextlib.nullcontext():
+            (loss_fn(ddp(x), y) / len(x)).backward()
+    optimizer.step()
+
+
+def no_grad_instead_of_no_sync(ddp, optimizer, loss_fn, micro_batches):
+    optimizer.zero_grad()
+    k = len(micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
+        with torch.no_grad() if i < k - 1 else contextlib.nullcontext():
+            loss = loss_fn(ddp(x), y) / k
+        loss.backward()
+    optimizer.step()
+
+
+def no_sync_without_parentheses(ddp, optimizer, loss_fn, micro_batches):
+    optimizer.zero_grad()
+    k = len(micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
+        with ddp.no_sync if i < k - 1 else contextlib.nullcontext():
+            (loss_fn(ddp(x), y) / k).backward()
+    optimizer.step()
+
+
+def clears_after_the_last_backward(ddp, optimizer, loss_fn, micro_batches):
+    optimizer.zero_grad()
+    k = len(micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
+        with ddp.no_sync() if i < k - 1 else contextlib.nullcontext():
+            (loss_fn(ddp(x), y) / k).backward()
+    optimizer.zero_grad()  # meant for the next step, but it runs before this one
+    optimizer.step()
+
+
 def hard_coded_mse(ddp, optimizer, loss_fn, micro_batches):  # right for nn.MSELoss() only
     optimizer.zero_grad()
     k = len(micro_batches)
@@ -489,20 +572,28 @@ def hard_coded_mse(ddp, optimizer, loss_fn, micro_batches):  # right for nn.MSEL
     ("wrong", "hint"),
     [
         (hard_coded_mse, "loss_fn was L1Loss(), and the step used the gradient of a mean squared error instead"),
-        (no_sync_around_the_backward_only, "entering no_sync() only around the backward is too late"),
+        (no_sync_around_the_backward_only, "micro-batch 1's forward ran outside no_sync() and its backward inside it "
+                                           "(or with require_backward_grad_sync False): too late"),
         (everything_in_no_sync, "the last micro-batch ran inside no_sync()"),
-        (no_no_sync, "run the forward of each of the first K-1 micro-batches inside"),
+        (no_no_sync, "micro-batch 1 of 3 ran outside no_sync(), so its backward all-reduced too"),
         (sync_first, "a micro-batch before the last set up the all-reduce, and the last ran inside"),
         (loss_not_divided, "the step used 3 times the mean gradient"),
         (step_every_micro_batch, "call optimizer.step() exactly once"),
         (zero_grad_in_the_loop, "only the last micro-batch's gradient reached the step"),
-        (never_zeroes, "Start with optimizer.zero_grad()"),
+        (never_zeroes, "the gradients the step used still held the leftovers the check put in .grad (100.0 in every "
+                       "element): start with optimizer.zero_grad()"),
+        (clears_after_the_last_backward, "the step found no gradient (None or zeros)"),
+        (divides_by_the_micro_batch_size, "the step used 1.5 times the mean gradient over the window's 3 micro-batches "
+                                          "of 2 samples: weigh each micro-batch's mean loss by 1/3"),
+        (no_grad_instead_of_no_sync, "Likely cause: the loss had no autograd graph"),
+        (no_sync_without_parentheses, "Likely cause: ddp.no_sync is a method: enter what it returns"),
         (bypasses_ddp, "call ddp(x), not ddp.module(x)"),
         (module_for_the_last, "the last micro-batch's forward bypassed the wrapper"),
-        (flag_set_after_the_forward, "a micro-batch before the last set up the all-reduce, and the last ran inside"),
+        (flag_set_after_the_forward, "micro-batch 1's forward ran outside no_sync() and its backward inside it (or "
+                                     "with require_backward_grad_sync False): too late"),
         (one_backward_at_the_end, "run each micro-batch's backward right after its forward"),
-        (no_sync_called_not_entered, "run the forward of each of the first K-1 micro-batches inside"),
-        (loss_on_a_tuple, "Likely cause: call ddp(x) for the forward"),
+        (no_sync_called_not_entered, "micro-batch 1 of 3 ran outside no_sync(), so its backward all-reduced too"),
+        (loss_on_a_tuple, "Likely cause: a micro-batch (x, y) was passed to the model whole: unpack it"),
     ],
 )
 def test_accumulate_step_rejects(wrong, hint):
@@ -541,3 +632,28 @@ def test_the_stand_in_records_what_ddp_decides_in_forward():
 
 def test_rejection_shows_the_hint():
     assert "too late" in rejection(check_accumulate_step, no_sync_around_the_backward_only)
+
+
+def test_the_stand_in_records_the_flag_each_backward_ran_with():
+    log: list = []
+    ddp = RecordingDDP(nn.Linear(2, 1), log)
+    early, late = ddp(torch.ones(1, 2)), ddp(torch.ones(1, 2))
+    with ddp.no_sync():
+        early.sum().backward()  # a forward outside, its backward inside: the all-reduce was set up already
+    late.sum().backward()
+    assert log == [("forward", True), ("forward", True), ("backward", True), ("backward", True)]
+    assert ddp.sync_at_backward == [False, True]
+
+
+def test_each_exercise_heading_is_its_checks_title():
+    """The notebook's `### Exercise N · ...` heading and what its check prints say the same (and so translate the
+    same); chapter 10 builds on chapter 08's gradient accumulation (section 7), which its prerequisites say."""
+    import nbformat
+
+    from tools import course
+
+    chapter = course.BY_NUMBER["10"]
+    headings = [c.source.splitlines()[0].removeprefix("### ") for c in nbformat.read(chapter.path, as_version=4).cells
+                if c.cell_type == "markdown" and c.source.startswith("### Exercise")]
+    assert headings == [check.title for check in (check_ddp_numbers, check_epoch_shards, check_accumulate_step)]
+    assert "08" in chapter.prerequisites

@@ -65,7 +65,7 @@ CHAPTERS = (
     Chapter("07", "07_gpu_placement.ipynb", "GPU placement and device pitfalls", ("01", "02")),
     Chapter("08", "08_operating_a_gpu.ipynb", "Operating a GPU", ("07",)),
     Chapter("09", "09_multi_gpu_timing.ipynb", "Timing on several devices", ("07",)),
-    Chapter("10", "10_data_parallel_training.ipynb", "Data-parallel training with torchrun", ("05", "09")),
+    Chapter("10", "10_data_parallel_training.ipynb", "Data-parallel training with torchrun", ("05", "08", "09")),
 )
 BY_NUMBER = {c.number: c for c in CHAPTERS}
 

@@ -37,9 +37,12 @@ processes, so a run with P processes, ``--batch-size B`` and ``--accumulate K`` 
 process with batch P*B*K, up to floating-point rounding, when P divides the number of samples (otherwise
 the sampler repeats a few samples to give every process as many).
 
-``--sync-demo`` adds, after training, chapter 10's demonstration of what DDP synchronizes besides
-gradients (parameters when it wraps a model, buffers before each forward) and of ``SyncBatchNorm``
-on this backend. It trains nothing; its findings go to the JSON result under ``"sync_demo"``.
+``--demos`` adds, after training, chapter 10's demonstrations (:func:`demos`), in the same process group:
+``train()`` of :mod:`utils.ddp_minimal` (the chapter's minimal script, which prints from rank 0 and writes
+``model.pt``), what DDP synchronizes besides gradients (parameters when it wraps a model, buffers before
+each forward), ``SyncBatchNorm`` on this backend, and a forward that leaves parameters out
+(:class:`TwoHeads`), without and with ``find_unused_parameters=True``. Their findings go to the JSON result
+under ``"demos"``.
 """
 
 from __future__ import annotations
@@ -112,8 +115,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto",
                         help=_("process-group backend (default: nccl if each process has a GPU, else gloo)"))
     parser.add_argument("--no-progress", action="store_true", help=_("never show the progress bar"))
-    parser.add_argument("--sync-demo", action="store_true",
-                        help=_("after training, record what DDP synchronizes besides gradients (chapter 10)"))
+    parser.add_argument("--demos", action="store_true",
+                        help=_("after training, run chapter 10's demonstrations and record what they find"))
     args = parser.parse_args(argv)
     if args.resume and args.checkpoint is None:
         parser.error(_("--resume needs --checkpoint"))
@@ -303,15 +306,63 @@ def same_state(state: dict, model: nn.Module, optimizer: torch.optim.Optimizer) 
     return _same(state["model"], model.state_dict()) and _same(state["optimizer"], optimizer.state_dict())
 
 
-def sync_demo(rank: int, device: torch.device) -> dict:
-    """What DDP synchronizes besides gradients, seen on every rank. Trains nothing.
+class TwoHeads(nn.Module):
+    """A body and two heads; each forward uses one head, so the other one's parameters get no gradient."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body, self.head_a, self.head_b = nn.Linear(1, 3), nn.Linear(3, 1), nn.Linear(3, 1)
+
+    def forward(self, x: torch.Tensor, task: str = "a") -> torch.Tensor:
+        h = self.body(x).relu()
+        return self.head_a(h) if task == "a" else self.head_b(h)
+
+
+#: What chapter 10 teaches of the error DDP raises when a forward left parameters out (torch 2.13): the start
+#: of its message, and the option it names. The rest of the message changes between releases.
+UNUSED_ERROR_START = "Expected to have finished reduction in the prior iteration"
+UNUSED_ERROR_FIX = "find_unused_parameters=True"
+
+
+def unused_parameters_demo(device: torch.device, x: torch.Tensor, find_unused: bool) -> dict:
+    """Two training steps of :class:`TwoHeads` on task "a" (``head_b`` left out), wrapped in DDP with
+    ``find_unused_parameters=find_unused``: the step whose forward raised (``None`` if none did), the exception's
+    type and which taught parts its message holds; with none raised, the parameters without a gradient and
+    whether the others' gradients are equal on every rank (a collective: every rank must call it)."""
+    torch.manual_seed(0)
+    heads = wrap(TwoHeads().to(device), device, find_unused_parameters=find_unused)
+    for step in range(2):
+        try:
+            out = heads(x)  # task "a": head_b is not used
+        except RuntimeError as err:  # raised by the forward of the step after the one that left head_b out
+            return {"failed_step": step, "error": type(err).__name__,
+                    "says": [part for part in (UNUSED_ERROR_START, UNUSED_ERROR_FIX) if part in str(err)]}
+        out.sum().backward()
+    used = [p for p in heads.module.parameters() if p.grad is not None]
+    return {"failed_step": None,
+            "no_grad": [name for name, p in heads.module.named_parameters() if p.grad is None],
+            "grads_equal": equal_on_all_ranks(torch.cat([p.grad.reshape(-1) for p in used]))}
+
+
+def demos(rank: int, device: torch.device) -> dict:
+    """Chapter 10's demonstrations, run on every rank of the process group.
+
+    * The minimal script's ``train(device)`` (:mod:`utils.ddp_minimal`): it prints from rank 0 and writes
+      ``model.pt`` in the working folder.
+
+    And what DDP synchronizes besides gradients, seen on every rank:
 
     * Parameters and buffers when it wraps a model: every rank starts from its own, then compares.
     * Buffers before each forward: a BatchNorm's running mean after two ordinary training steps, with
       the buffer sync on and off. Rank r's inputs have mean r + 1, so each rank's own statistics differ.
     * ``no_sync()`` entered after the forward: does the backward still all-reduce?
     * SyncBatchNorm on this backend: one training forward and one in eval mode.
+    * A forward that leaves parameters out, without and with ``find_unused_parameters=True``
+      (:func:`unused_parameters_demo`, on inputs that differ between the ranks).
     """
+    from utils import ddp_minimal
+
+    ddp_minimal.train(device)  # the minimal script, in this group: its main() would make and end one
     found: dict = {}
     torch.manual_seed(1000 + rank)  # deliberately different weights on every rank...
     net = nn.Sequential(nn.BatchNorm1d(1, momentum=0.5), nn.Linear(1, 1)).to(device)
@@ -358,6 +409,9 @@ def sync_demo(rank: int, device: torch.device) -> dict:
             found[f"sync_bn_{mode}_forward"] = "ok"
         except Exception as err:  # noqa: BLE001 - the demo records what this backend refuses
             found[f"sync_bn_{mode}_forward"] = type(err).__name__
+
+    for find_unused in (False, True):
+        found[f"unused_find_{str(find_unused).lower()}"] = unused_parameters_demo(device, x, find_unused)
     return found
 
 
@@ -446,7 +500,7 @@ def train(args: argparse.Namespace, rank: int, world_size: int, device: torch.de
             state = load_for_rank(args.checkpoint, device)  # what a resumed run starts from, on every rank
             checked = {"matches": same_state(state, model, optimizer),
                        "devices": sorted({str(t.device) for t in state["model"].values()})}
-    demo = sync_demo(rank, device) if args.sync_demo else None
+    demo = demos(rank, device) if args.demos else None
 
     # Every replica must hold the same parameters: compare them all with rank 0's.
     in_sync = equal_on_all_ranks(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
@@ -483,7 +537,7 @@ def train(args: argparse.Namespace, rank: int, world_size: int, device: torch.de
         "first_epoch_indices": [g["first_epoch"] for g in gathered],
         "params": {name: p.detach().cpu().tolist() for name, p in model.named_parameters()},
         "ddp_state_dict_keys": list(ddp.state_dict()),  # the wrapper's keys, for comparison
-        "sync_demo": demo,
+        "demos": demo,
     }
     text = json.dumps(result, indent=1).encode()
     args.out.parent.mkdir(parents=True, exist_ok=True)
