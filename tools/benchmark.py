@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             nb = nbformat.from_dict(source)
             times.append(run_all(nb, str(folder)))
             launch.append(sum(cell_seconds(c) for c in nb.cells
-                              if c.cell_type == "code" and "torch.distributed.run" in c.source and "Popen" in c.source))
+                              if c.cell_type == "code" and "torchrun(" in c.source and "requires(" not in c.source))
         pairs = list(zip(times, floors, strict=True))
         line = (f"{label} {median(t / f for t, f in pairs):4.2f} x floor "
                 f"(fastest run {min(times):5.2f} s, floor {min(floors):.2f} s)")
