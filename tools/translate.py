@@ -517,7 +517,8 @@ def _placeholder_pattern(msgid: str, whole: str = "") -> re.Pattern | None:
             regex += f"(?P={part})"
         else:
             seen.add(part)
-            regex += f"(?P<{part}>{whole}.+?)"
+            comma_next = k + 1 < len(parts) and parts[k + 1].startswith(", ")
+            regex += f"(?P<{part}>{whole if comma_next else ''}.+?)"
     return re.compile(regex, re.S)
 
 
