@@ -8,6 +8,7 @@ shared by the three editions), and no web font.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -22,7 +23,6 @@ EDITION = os.environ.get("COURSE_SITE_LANGUAGE", "en")
 words = WORDS[EDITION]
 
 project = html_title = words["title"]
-copyright = "the course's authors"
 language = SPHINX_LANGUAGE[EDITION]
 root_doc = "index"
 exclude_patterns = ["_notebooks", "**/.ipynb_checkpoints"]
@@ -57,6 +57,7 @@ html_theme_options = {
     "show_toc_level": 2,
     "navbar_persistent": [],  # the sidebar has the search field
     "article_header_end": ["language-switch.html", "article-header-buttons.html"],
+    "footer_content_items": [],  # (the theme's default names an author and a copyright holder)
 }
 copybutton_selector = "div.cell_input div.highlight pre, div.highlight-python div.highlight pre"
 copybutton_exclude = ".linenos, .gp"
@@ -129,6 +130,9 @@ def _search_words(app, config):
     """Chinese: jieba splits the text for the search index, keeping the course's terms whole (tools/site.py)."""
     words_file = Path(app.srcdir) / "_search_words.txt"
     if words_file.is_file():
+        import jieba
+
+        jieba.setLogLevel(logging.WARNING)  # (it reports loading its dictionary on stderr)
         config.html_search_options = {"dict": str(words_file)}
 
 

@@ -186,9 +186,9 @@ def _sources(language: str, folder: Path) -> None:
         (folder / "_search_words.txt").write_text("\n".join(search_terms(language)) + "\n", encoding="utf-8")
 
 
-def build(out: Path = SITE, jobs: str = "1") -> float:
-    """Build the three editions (three ``sphinx-build`` processes at once) and the decks into ``out``; return the
-    seconds it took."""
+def build(out: Path = SITE) -> float:
+    """Build the three editions (three ``sphinx-build`` processes at once; a warning fails the build) and the decks
+    into ``out``; return the seconds it took."""
     start = time.perf_counter()
     if out.exists():
         shutil.rmtree(out)
@@ -200,7 +200,7 @@ def build(out: Path = SITE, jobs: str = "1") -> float:
             work = Path(tmp) / language
             _sources(language, work / "src")
             env = dict(os.environ, COURSE_SITE_LANGUAGE=language, PYTHONPATH=str(ROOT))
-            command = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-j", jobs, "-c", str(CONF),
+            command = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-W", "--keep-going", "-c", str(CONF),
                        "-d", str(work / "doctrees"), str(work / "src"), str(work / "html")]
             runs.append((language, subprocess.Popen(command, env=env, cwd=ROOT)))
         for language in course.LANGUAGES:  # the decks, while Sphinx works (a deck is written by one process)
