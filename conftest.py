@@ -223,7 +223,7 @@ def _kernels_over_unix_sockets(config):
 
 @pytest.fixture(scope="session")
 def browser(request):
-    """One headless Chromium, driven by playwright, for tests/test_browser.py and tests/test_slides.py (one
+    """One headless Chromium, driven by playwright, for tests/test_browser.py, test_slides.py and test_site.py (one
     work unit, ``SHARED_WORKER``: they run on one worker, and start the browser once). Skips, or fails under
     ``--require-browser``, where Chromium or playwright is missing."""
     from test_browser import CHROMIUM_FLAGS, chromium_or_skip
@@ -248,7 +248,7 @@ def _fail_for_missing_gpu(reason: str):
 
 
 #: Test modules that share one worker, by unit name: the browser tests start one Chromium (the ``browser`` fixture).
-SHARED_WORKER = {"tests/test_browser.py": "browser", "tests/test_slides.py": "browser"}
+SHARED_WORKER = {"tests/test_browser.py": "browser", "tests/test_slides.py": "browser", "tests/test_site.py": "browser"}
 
 
 def work_unit(nodeid: str) -> str:

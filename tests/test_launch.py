@@ -18,6 +18,9 @@ from tools import course
 
 ROOT = Path(__file__).resolve().parents[1]
 BROWSER_TEST_ONLY = {"playwright", "greenlet"}  # not needed on Binder
+#: what builds the web edition (python -m tools.course site), not needed on Binder either
+SITE_ONLY = {"sphinx", "myst-nb", "myst-parser", "sphinx-book-theme", "pydata-sphinx-theme", "sphinx-copybutton",
+             "jieba"}
 
 
 def pins(path: Path) -> dict[str, str]:
@@ -42,7 +45,7 @@ def test_requirements_pin_everything_and_install_the_project():
 def test_binder_pins_follow_requirements():
     local, binder = pins(ROOT / "requirements.txt"), pins(ROOT / "binder" / "requirements.txt")
     assert binder.pop("torch") == local.pop("torch") + "+cpu", "Binder gets the CPU build of the same torch"
-    for name in BROWSER_TEST_ONLY:
+    for name in BROWSER_TEST_ONLY | SITE_ONLY:
         local.pop(name)
     assert binder == local
     text = (ROOT / "binder" / "requirements.txt").read_text()
@@ -123,9 +126,13 @@ def test_colab_install_command_installs_utils_into_a_fresh_environment(tmp_path)
 
 
 def test_ci_runs_the_readmes_commands_in_a_fresh_virtual_environment():
-    """CI does what the README tells a newcomer: a new venv, the setup command in it, then the test command."""
+    """CI does what the README tells a newcomer: a new venv, the setup command in it, the web edition's build
+    (which the browser tests read), then the test command."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     setup, test = re.findall(r"```bash\n(.+?)\n```", readme[readme.index("## Two commands"):])[:2]
+    site = re.findall(r"```bash\n(.+?)\n```", readme[readme.index("## Read it on the web"):])[0]
+    site = site.split("#", 1)[0].strip()
+    assert site == "python -m tools.course site", site
     steps = setup.split(" && ")
     assert steps[0] == "python -m venv .venv" and steps[1] == ". .venv/bin/activate", setup
     assert steps[2] == "python -m pip install -r requirements.txt" and "jupyter lab" in steps[3], setup
@@ -139,7 +146,7 @@ def test_ci_runs_the_readmes_commands_in_a_fresh_virtual_environment():
     commands = [line for line in ci if line and not line.startswith(("#", "if", "apt", "DEBIAN", "fi", "set ", "cd ",
                                                                       "export", "fonts="))]
     assert commands == ["rm -rf .venv", "python3 -m venv .venv", ". .venv/bin/activate",
-                        "python -m pip install --quiet -r requirements.txt", test], commands
+                        "python -m pip install --quiet -r requirements.txt", site, test], commands
 
 
 def test_a_weekly_job_runs_the_suite_on_the_newest_test_tools():

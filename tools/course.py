@@ -9,6 +9,7 @@
                                          # re-run notebooks and save their outputs (the reference)
     python -m tools.course slides [NN ...] [--lang zh-Hans|zh-Hant]
                                          # write self-contained lecture decks into slides/ (slides/zh-Hans/, ...)
+    python -m tools.course site          # build the web edition (English, 简体, 繁體) into _site/ (tools/site.py)
 
 ``execute`` empties ``CUDA_VISIBLE_DEVICES`` for the kernel, so the reference outputs never come from a CUDA
 GPU (an Apple or Intel GPU stays visible: regenerate them on a machine without one). Files are read and written
@@ -616,6 +617,7 @@ def main(argv: list[str] | None = None) -> int:
     deck = sub.add_parser("slides", help="write self-contained lecture decks into slides/ (tools/slides.py)")
     deck.add_argument("numbers", nargs="*", help="chapter numbers such as 01 02 (default: all)")
     deck.add_argument("--lang", choices=LANGUAGES, default="en", help="the decks' language (default: en)")
+    sub.add_parser("site", help="build the web edition, three languages, into _site/ (tools/site.py)")
     args = parser.parse_args(argv)
     # every chapter number is checked before anything runs or is overwritten
     unknown = [n for n in getattr(args, "numbers", []) if n not in BY_NUMBER]
@@ -628,6 +630,13 @@ def main(argv: list[str] | None = None) -> int:
             print(path.relative_to(ROOT))
         index = (out if args.lang == "en" else out / args.lang) / "index.html"
         print(f"open {index} in a browser (no network needed); press S for the speaker view")
+        return 0
+    if args.command == "site":
+        from tools import site
+
+        seconds = site.build()
+        print(f"{site.SITE.relative_to(ROOT)}/ built in {seconds:.0f} s: open {site.SITE / 'index.html'} in a browser, "
+              f"or serve it: python -m http.server -d {site.SITE.relative_to(ROOT)}")
         return 0
     if args.command == "sync":
         sync(args.numbers)
