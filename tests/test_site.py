@@ -216,9 +216,12 @@ READ = """() => {
       ? [...Search.output.querySelectorAll('li > a')].map(a => a.href) : [],
   };
 }"""
-#: Every formula Sphinx wrote (MathJax's own output has spans of class "math" too) is typeset.
-TYPESET = """() => [...document.querySelectorAll('.math.nohighlight')]
-  .every(m => m.querySelector('.MathJax, .MathJax_Display'))"""
+#: MathJax is done: every formula Sphinx wrote (MathJax's own output has spans of class "math" too) has its output,
+#: no longer its preview (the TeX, shown while MathJax works), and MathJax's queue is empty.
+TYPESET = """() => [...document.querySelectorAll('.math.nohighlight')].every(m =>
+    m.querySelector('.MathJax, .MathJax_Display') && !m.querySelector('.MathJax_Preview')?.textContent)
+  && (!document.querySelector('.math.nohighlight')
+      || (window.MathJax && MathJax.Hub && MathJax.Hub.queue.pending === 0 && !MathJax.Hub.queue.running))"""
 #: Sphinx's search has listed its results.
 SEARCHED = "() => typeof Search !== 'undefined' && Search.output && Search._pulse_status === -1"
 
