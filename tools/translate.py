@@ -108,20 +108,6 @@ def _title_split(nb, cell) -> tuple[str, str]:
     return "", cell.source
 
 
-def notebook_messages(nb) -> list[str]:
-    """Every message of a notebook, in order, each once. Generated text (the title line, navigation, the
-    chapter table) is not included: tools/course.py writes it in each language from ``course.po``."""
-    seen: dict[str, None] = {}
-    for cell in nb.cells:
-        if GENERATED_TAGS & set(cell.get("metadata", {}).get("tags", [])):
-            continue
-        if cell.cell_type == "markdown":
-            seen.update(dict.fromkeys(markdown_messages(_title_split(nb, cell)[1])))
-        elif cell.cell_type == "code":
-            seen.update(dict.fromkeys(code_messages(cell.source)))
-    return list(seen)
-
-
 # --- templates (POT): what the English sources ask translators for ----------------------------------------
 
 #: One domain per chapter, plus these: messages several chapters share, what tools/course.py generates (titles,
