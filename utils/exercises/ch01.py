@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from utils.checks import exercise, expect, keeps_global_rng, learner_code
+from utils.exercises.common import randn, shape_of, translated
 from utils.exercises.observe import TorchCalls
 from utils.i18n import N_, _
 
@@ -27,21 +28,9 @@ def _linear(n_in: int, n_out: int, seed: int, dtype: torch.dtype = torch.float32
     return nn.Linear(n_in, n_out, dtype=dtype)
 
 
-def _randn(*shape: int, seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
-
-
-def _shape(value: object) -> object:
-    return tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
-
-
 def _same(a: object, b: torch.Tensor) -> bool:
     return isinstance(a, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype and torch.allclose(a, b)
 
-
-def _causes(table: dict[str, str]) -> dict[str, str]:
-    """A table of causes (marked with ``N_``) in the learner's language."""
-    return {piece: _(cause) for piece, cause in table.items()}
 
 
 #: An error of __init__ whose cause is known, whatever the exercise.
@@ -145,11 +134,11 @@ def check_parallel(cls: type[nn.Module]) -> None:
     called = _("calling your block on a batch x")
     # Square layers first: a chain of the two nets runs without an error here, and must still fail.
     net1, net2 = _linear(4, 4, 1), _linear(4, 4, 2)
-    x = _randn(3, 4, seed=3)
+    x = randn(3, 4, seed=3)
     given = [*net1.parameters(), *net2.parameters()]
     values = [p.detach().clone() for p in given]
     with learner_code(built, _("not known from here: the error is in your __init__(self, net1, net2)"),
-                      causes=_causes(_NO_SUPER)):
+                      causes=translated(_NO_SUPER)):
         block = cls(net1, net2)
     expect(isinstance(block, nn.Module), _("Parallel must subclass nn.Module"))
     expect(all(map(torch.equal, given, values)),
@@ -198,7 +187,7 @@ def check_parallel(cls: type[nn.Module]) -> None:
     expect(
         isinstance(y1, torch.Tensor) and y1.shape == (1, 8) and torch.allclose(y1, y[:1]),
         _("a batch of one sample, shape (1, 4), must give shape (1, 8) and the first row of the batch's output; got "
-          "{shape}: keep the batch dimension (no squeeze())").format(shape=_shape(y1)),
+          "{shape}: keep the batch dimension (no squeeze())").format(shape=shape_of(y1)),
     )
 
     # Branches of widths 1 and 5 on 5 input features, the second a small network of its own, in float64: a chain
@@ -206,7 +195,7 @@ def check_parallel(cls: type[nn.Module]) -> None:
     # has the default dtype.
     wide1 = _linear(5, 1, 4, torch.float64)
     wide2 = nn.Sequential(_linear(5, 3, 5, torch.float64), nn.Tanh(), _linear(3, 5, 6, torch.float64))
-    x5 = _randn(3, 5, seed=7, dtype=torch.float64)
+    x5 = randn(3, 5, seed=7, dtype=torch.float64)
     any_module = {
         "'Sequential' object has no attribute": _("a net can be any module, here an nn.Sequential, which has no "
         "weight, in_features or out_features: call each net and read the widths from its output (torch.cat needs "
@@ -228,7 +217,7 @@ def check_parallel(cls: type[nn.Module]) -> None:
         z = wide(x5)
     expect(
         isinstance(z, torch.Tensor) and z.shape == (3, 6),
-        _("branches of widths 1 and 5 must give 6 output columns, shape (3, 6); got {shape}").format(shape=_shape(z)),
+        _("branches of widths 1 and 5 must give 6 output columns, shape (3, 6); got {shape}").format(shape=shape_of(z)),
     )
     expect(z.dtype == torch.float64, _("float64 nets gave a {dtype} output: {cause}").format(
         dtype=str(z.dtype).removeprefix("torch."), cause=_float64_hint(z, seen)))
@@ -301,7 +290,7 @@ def _check_routes(cls: type[nn.Module], heads: dict[str, nn.Module], x: torch.Te
     hint_call = _("not known from here: the error is in your forward(self, x, task), which returns heads[task](x)")
     first = next(iter(heads))
     with learner_code(built, _("not known from here: the error is in your __init__(self, heads)"),
-                      causes=_causes({**_NO_SUPER, **_ANY_HEAD})):
+                      causes=translated({**_NO_SUPER, **_ANY_HEAD})):
         try:
             router = cls(heads)
         except KeyError as err:
@@ -309,7 +298,7 @@ def _check_routes(cls: type[nn.Module], heads: dict[str, nn.Module], x: torch.Te
                             "one of them: take the names from the dict you are given (nn.ModuleDict(heads) keeps "
                             "them all), not from a fixed list").format(names=names, name=repr(err.args[0])))
     expect(isinstance(router, nn.Module), _("Router must subclass nn.Module"))
-    with learner_code(_("calling router(x, {task})").format(task=repr(first)), hint_call, causes=_causes(_ANY_HEAD)):
+    with learner_code(_("calling router(x, {task})").format(task=repr(first)), hint_call, causes=translated(_ANY_HEAD)):
         try:
             out = router(x, first)
         except (KeyError, TypeError) as err:
@@ -326,7 +315,7 @@ def _check_routes(cls: type[nn.Module], heads: dict[str, nn.Module], x: torch.Te
         task=repr(first), type=type(out).__name__))
     for task, head in heads.items():
         with learner_code(_("calling router(x, task={task})").format(task=repr(task)), hint_call,
-                          causes=_causes(_ANY_HEAD)):
+                          causes=translated(_ANY_HEAD)):
             out = router(x, task=task)
         with torch.no_grad():
             want = head(x)
@@ -340,7 +329,7 @@ def _check_routes(cls: type[nn.Module], heads: dict[str, nn.Module], x: torch.Te
         x_in = x.clone().requires_grad_()
         call = (_("router(x, {task}) in training mode") if mode == "train"
                 else _("router(x, {task}) in evaluation mode, after router.eval()")).format(task=repr(trained))
-        with learner_code(_("calling {call}").format(call=call), hint_call, causes=_causes(_ANY_HEAD)), \
+        with learner_code(_("calling {call}").format(call=call), hint_call, causes=translated(_ANY_HEAD)), \
                 TorchCalls() as seen:
             out = router(x_in, trained)
         for p in head.parameters():
@@ -361,16 +350,16 @@ def _check_routes(cls: type[nn.Module], heads: dict[str, nn.Module], x: torch.Te
 def check_router(cls: type[nn.Module]) -> None:
     """``cls(heads: dict[str, nn.Module])``; ``forward(x, task)`` applies ``heads[task]``, all registered."""
     heads = {task: _linear(6, width, seed) for task, (width, seed) in _HEADS.items()}
-    router = _check_routes(cls, heads, _randn(5, 6, seed=12), "label")
+    router = _check_routes(cls, heads, randn(5, 6, seed=12), "label")
     # Other names, a head that is a network of its own, another batch size.
-    _check_routes(cls, _other_heads(), _randn(2, 6, seed=16), "topic")
+    _check_routes(cls, _other_heads(), randn(2, 6, seed=16), "topic")
 
     with learner_code(_("calling router.to(torch.float64)")):
         router.to(torch.float64)
     expect(all(p.dtype == torch.float64 for h in heads.values() for p in h.parameters()),
            _(".to(torch.float64) must convert every head, and some stayed float32: why is not known from here "
              "(every head is registered)"))
-    x = _randn(5, 6, seed=12, dtype=torch.float64)
+    x = randn(5, 6, seed=12, dtype=torch.float64)
     with learner_code(_("calling router(x, 'label') on a float64 batch after .to(torch.float64)"),
                       _("not known from here: the error is in your forward(self, x, task), which returns "
                         "heads[task](x)")):
@@ -504,7 +493,7 @@ def _clones(clones, module: nn.Module, n: int, calling: str, call: str) -> nn.Mo
     """Run ``clones(module, n)`` and check the copies it returns."""
     before = _state(module)
     with learner_code(calling, _("not known from here: the error is in clones(module, n)"),
-                      causes=_causes(_ANY_MODULE)), TorchCalls() as seen:
+                      causes=translated(_ANY_MODULE)), TorchCalls() as seen:
         copies = clones(module, n)
     _check_copies(copies, module, n, call, before, seen)
     return copies
@@ -517,7 +506,7 @@ def check_clones(clones) -> None:
     layer = _linear(3, 4, 30)
     copies = _clones(clones, layer, 3, _("calling clones(layer, 3) on an nn.Linear(3, 4)"), "clones(layer, 3)")
     # Each copy trains on its own: a backward through one reaches its parameters only, and an edit stays in it.
-    copies[0](_randn(2, 3, seed=31)).sum().backward()
+    copies[0](randn(2, 3, seed=31)).sum().backward()
     expect(
         all(p.grad is not None for p in copies[0].parameters())
         and all(p.grad is None for p in (*layer.parameters(), *copies[1].parameters())),

@@ -27,15 +27,11 @@ import torch
 from torch import nn
 
 from utils.checks import exercise, expect, learner_code
+from utils.exercises.common import ks_distance, ks_limit, translated
 from utils.exercises.observe import TorchCalls
 from utils.i18n import N_, _
 
 __all__ = ["check_init_xavier", "check_initialize_lazy", "check_lazy_optimizer"]
-
-
-def _causes(table: dict[str, str]) -> dict[str, str]:
-    """A table of causes (marked with ``N_``) in the learner's language."""
-    return {piece: _(cause) for piece, cause in table.items()}
 
 
 class _Projection(nn.Linear):
@@ -109,20 +105,6 @@ def _std_matches(weight: torch.Tensor, std: float) -> bool:
     w = weight.detach().double()
     n = w.numel()
     return abs(w.std().item() - std) <= 5 * std / math.sqrt(2 * n) and abs(w.mean().item()) <= 5 * std / math.sqrt(n)
-
-
-def _ks_distance(sample: torch.Tensor, cdf: Callable[[torch.Tensor], torch.Tensor]) -> float:
-    """Kolmogorov–Smirnov distance between the empirical law of ``sample`` and ``cdf``."""
-    x = sample.detach().double().flatten().sort().values
-    n = x.numel()
-    f = cdf(x)
-    steps = torch.arange(1, n + 1, dtype=torch.float64) / n
-    return max((steps - f).max().item(), (f - (steps - 1 / n)).max().item())
-
-
-def _ks_limit(n: int) -> float:
-    """A KS distance a sample of ``n`` from the right law exceeds with probability about 4e-6."""
-    return 2.5 / math.sqrt(n)
 
 
 def _standardized(layers: list[nn.Linear], std: Callable[[nn.Linear], float]) -> torch.Tensor:
@@ -265,7 +247,7 @@ def check_init_xavier(init_fn: Callable[[nn.Module], object]) -> None:
               "Embedding"),
             _("not known from here: apply calls your function on the ReLU, LayerNorm, Conv1d and Embedding as well "
               "as on the linear layers"),
-            _causes(_XAVIER_ERRORS),
+            translated(_XAVIER_ERRORS),
         ), TorchCalls() as seen:
             net.apply(init_fn)
     linears = [net[0], net[2], net[4]]
@@ -338,7 +320,7 @@ def check_init_xavier(init_fn: Callable[[nn.Module], object]) -> None:
         )
     pooled = _standardized(linears, _xavier_std) / math.sqrt(3)  # U(-1, 1) if the answer is right
     expect(
-        _ks_distance(pooled, lambda x: ((x + 1) / 2).clamp(0, 1)) <= _ks_limit(pooled.numel()),
+        ks_distance(pooled, lambda x: ((x + 1) / 2).clamp(0, 1)) <= ks_limit(pooled.numel()),
         _("the weights have the right std and stay inside the bound, but they are not uniformly distributed "
           "on [-b, b]: Xavier-uniform is a uniform law, use nn.init.xavier_uniform_"),
     )
@@ -357,7 +339,7 @@ def check_init_xavier(init_fn: Callable[[nn.Module], object]) -> None:
         with learner_code(
             _("net.apply(init_xavier) on a network with an nn.Linear(200, 100, bias=False)"),
             _("not known from here: what is new in this network is a linear layer built with bias=False"),
-            _causes(_XAVIER_ERRORS),
+            translated(_XAVIER_ERRORS),
         ):
             no_bias.apply(init_fn)
     weight = getattr(no_bias[0], "weight", None)
@@ -389,7 +371,7 @@ def check_init_xavier(init_fn: Callable[[nn.Module], object]) -> None:
             with learner_code(
                 _("{module}.apply(init_xavier) on {network}").format(module=type(root).__name__, network=kind),
                 _("not known from here: the flat network passed, what is new is {network}").format(network=kind),
-                _causes(_XAVIER_ERRORS),
+                translated(_XAVIER_ERRORS),
             ):
                 root.apply(init_fn)
     for what, layer in where.items():
@@ -446,7 +428,7 @@ def check_initialize_lazy(initialize: Callable[[nn.Module, torch.Tensor], nn.Mod
             _("initialize_lazy(net, example_input) on a network of LazyLinear layers (one in a nested "
               "nn.Sequential) and a LayerNorm (float64, like its input)"),
             _("not known from here"),
-            _causes(_LAZY_ERRORS),
+            translated(_LAZY_ERRORS),
         ), _watching(net) as seen:
             out = initialize(net, example)
     expect(out is net, _("return the network you were given (initialized in place)"))
@@ -504,7 +486,7 @@ def check_initialize_lazy(initialize: Callable[[nn.Module, torch.Tensor], nn.Mod
         expect(bool((layer.bias == 0).all()), _("layer {index}'s bias must be zero (nn.init.zeros_)").format(index=i))
     pooled = _standardized(layers, _kaiming_std)  # N(0, 1) if the answer is right
     expect(
-        _ks_distance(pooled, torch.special.ndtr) <= _ks_limit(pooled.numel()),
+        ks_distance(pooled, torch.special.ndtr) <= ks_limit(pooled.numel()),
         _("the weights have the right std but are not normally distributed: Kaiming *normal* is asked for, and "
           "your function drew them with {calls}: use nn.init.kaiming_normal_").format(
               calls=", ".join(sorted(_UNIFORM & seen.names)))
@@ -524,7 +506,7 @@ def check_initialize_lazy(initialize: Callable[[nn.Module, torch.Tensor], nn.Mod
             _("initialize_lazy(layer, example_input) with a bare nn.LazyLinear(200) as the network and a (2, 150) "
               "example"),
             _("not known from here: the network passed, what is new is a single layer given as the network"),
-            _causes({**_NOT_A_CONTAINER, **_LAZY_ERRORS}),
+            translated({**_NOT_A_CONTAINER, **_LAZY_ERRORS}),
         ):
             out = initialize(bare, torch.rand(2, 150, **f64))
     expect(out is bare, _("given a bare layer as the network, return that layer: return the network you were given"))
@@ -569,7 +551,7 @@ def _optimizer(make_optimizer, net: nn.Module, example: torch.Tensor, what: str,
     handle = net.register_forward_pre_hook(lambda module, args: before.append(set(seen.names)) if not before else None,
                                            prepend=True)
     try:
-        with learner_code(what, _("not known from here"), _causes(causes)), TorchCalls() as seen, \
+        with learner_code(what, _("not known from here"), translated(causes)), TorchCalls() as seen, \
                 warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             opt = make_optimizer(net, example)

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from utils.checks import exercise, expect, keeps_global_rng, learner_code
+from utils.exercises.common import translated
 from utils.i18n import N_, _
 
 __all__ = ["check_count_parameters", "check_load_checked", "check_tied_lm"]
@@ -326,7 +327,7 @@ def check_count_parameters(count: Callable[[nn.Module], int]) -> None:
         label = _(label_en)
         with learner_code(_("calling count_parameters on {model}").format(model=label),
                           _("not known from here: the error is in your count_parameters"),
-                          causes={piece: _(cause) for piece, cause in _COUNTING_ERRORS.items()}):
+                          causes=translated(_COUNTING_ERRORS)):
             got = count(model)
         expect(isinstance(got, numbers.Integral) and not isinstance(got, bool),
                _("return an int, got {type} (for {model}); wrap a tensor or float in int(...)").format(

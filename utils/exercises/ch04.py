@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from utils.checks import exercise, expect, learner_code
+from utils.exercises.common import randn, shape_of
 from utils.i18n import N_, _
 
 __all__ = ["check_half_fourier", "check_norm1d", "check_weight_norm_linear"]
@@ -104,14 +105,6 @@ _NORM_SHAPES = N_(
 )
 
 
-def _randn(*shape: int, seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
-
-
-def _shape(value: object) -> object:
-    return tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
-
-
 def _weight_norm_reference(x, direction, scale, bias):
     weight = scale[:, None] * direction / direction.norm(dim=1, keepdim=True)
     return x @ weight.T + bias
@@ -161,7 +154,7 @@ def _weight_norm_values(layer: nn.Module, x: torch.Tensor, direction, scale, bia
     expect(
         isinstance(y, torch.Tensor) and y.shape == expected.shape,
         _("a batch of {count} inputs of width {n_in} must give shape {shape}; got {actual}").format(
-            count=x.shape[0], n_in=n_in, shape=tuple(expected.shape), actual=_shape(y)),
+            count=x.shape[0], n_in=n_in, shape=tuple(expected.shape), actual=shape_of(y)),
     )
     expect(
         torch.allclose(y, expected, atol=1e-5),
@@ -219,21 +212,21 @@ def check_weight_norm_linear(cls: type[nn.Module]) -> None:
     parameter computes the right numbers but never trains it), for two sizes (5 → 3, and 2 → 4, wider than
     long). It runs on any device and dtype.
     """
-    x = _randn(4, 5, seed=4)
+    x = randn(4, 5, seed=4)
     layer = _built_weight_norm(cls, 5, 3, x)
-    direction, scale, bias = _randn(3, 5, seed=1), _randn(3, seed=2).abs() + 0.5, _randn(3, seed=3)
+    direction, scale, bias = randn(3, 5, seed=1), randn(3, seed=2).abs() + 0.5, randn(3, seed=3)
     expected = _weight_norm_values(layer, x, direction, scale, bias)
     with learner_code(_("calling your layer on a (2, 6, 5) input"),
                       _("x @ W.T + bias works for any number of leading dimensions: do not flatten or index them")):
-        y3 = layer(_randn(2, 6, 5, seed=5))
-    expect(_shape(y3) == (2, 6, 3), _("leading dimensions must pass through: an input of shape (2, 6, 5) gives "
-                                      "(2, 6, 3); got {shape}").format(shape=_shape(y3)))
+        y3 = layer(randn(2, 6, 5, seed=5))
+    expect(shape_of(y3) == "(2, 6, 3)", _("leading dimensions must pass through: an input of shape (2, 6, 5) gives "
+                                      "(2, 6, 3); got {shape}").format(shape=shape_of(y3)))
     with learner_code(_("calling your layer on one input of shape (5,), without a batch dimension"),
                       _("x @ W.T + bias works for any number of leading dimensions, none included: do not flatten "
                         "or index them")):
         y1 = layer(x[0])
-    expect(_shape(y1) == (3,), _("with no leading dimension, an input of shape (5,) gives (3,), as nn.Linear does; "
-                                 "got {shape}").format(shape=_shape(y1)))
+    expect(shape_of(y1) == "(3,)", _("with no leading dimension, an input of shape (5,) gives (3,), as nn.Linear does; "
+                                 "got {shape}").format(shape=shape_of(y1)))
     with torch.no_grad():
         layer.direction.mul_(3.0)
     with learner_code(_("calling your layer after scaling direction by 3"), _("the error is in your forward")):
@@ -249,9 +242,9 @@ def check_weight_norm_linear(cls: type[nn.Module]) -> None:
     _weight_norm_gradients(layer, x, direction, scale, bias)
 
     # A second size, wider than it is long (out_features > in_features): values, a usable start, gradients.
-    x2 = _randn(3, 2, seed=6)
+    x2 = randn(3, 2, seed=6)
     other = _built_weight_norm(cls, 2, 4, x2)
-    params2 = _randn(4, 2, seed=7), _randn(4, seed=8).abs() + 0.5, _randn(4, seed=9)
+    params2 = randn(4, 2, seed=7), randn(4, seed=8).abs() + 0.5, randn(4, seed=9)
     _weight_norm_values(other, x2, *params2)
     _weight_norm_gradients(other, x2, *params2)
 
@@ -299,7 +292,7 @@ def check_half_fourier(cls: type[nn.Module]) -> None:
              "slice with an int: n // 2")
     for shape, dtype in [((3, 8), torch.float32), ((2, 3, 9), torch.float32), ((4, 3), torch.float32),
                          ((1, 1), torch.float32), ((2, 7), torch.float64), ((6,), torch.float32)]:
-        x = _randn(*shape, seed=sum(shape), dtype=dtype).requires_grad_(True)
+        x = randn(*shape, seed=sum(shape), dtype=dtype).requires_grad_(True)
         with learner_code(_("calling your layer on a {dtype} input of shape {shape} that requires grad").format(
                 dtype=dtype, shape=shape), stay):
             out = layer(x)
@@ -341,7 +334,7 @@ def check_half_fourier(cls: type[nn.Module]) -> None:
             expect(torch.allclose(x.grad, x_ref.grad, atol=1e-4),
                    _("the gradient with respect to the input is wrong: part of the computation is detached or "
                      "taken outside torch"))
-    x = _randn(3, 8, seed=60)
+    x = randn(3, 8, seed=60)
     with learner_code(_(_AS_ON_A_GPU), _(_ANY_DEVICE)):
         with _made_elsewhere():
             out = layer(x)
@@ -400,7 +393,7 @@ def _norm_gradients(mine: nn.Module, reference: nn.Module, ours: tuple, theirs: 
              "mode too: fine-tuning with frozen normalization layers back-propagates through them").format(mode=mode))
     mine.zero_grad(set_to_none=True)
     reference.zero_grad(set_to_none=True)
-    g = _randn(*y_ref.shape, seed=30)
+    g = randn(*y_ref.shape, seed=30)
     with learner_code(_("back-propagating through your layer in {mode}").format(mode=mode),
                       _("the error is in your forward")):
         (y * g).sum().backward()
@@ -504,13 +497,13 @@ def check_norm1d(cls: type[nn.Module]) -> None:
                                                                                        eps=eps), build_hint):
         mine = cls(n, momentum=momentum, eps=eps)
     reference = nn.BatchNorm1d(n, eps=eps, momentum=momentum)
-    weight, bias = _randn(n, seed=11) + 2.0, _randn(n, seed=12)
+    weight, bias = randn(n, seed=11) + 2.0, randn(n, seed=12)
     with torch.no_grad():
         for module in (mine, reference):
             module.weight.copy_(weight)
             module.bias.copy_(bias)
     for step in range(3):
-        xb = _randn(8, n, seed=20 + step) * 3 + 1
+        xb = randn(8, n, seed=20 + step) * 3 + 1
         mean, var, unbiased = xb.mean(dim=0), xb.var(dim=0, correction=0), xb.var(dim=0, correction=1)
         running = mine.running_mean.clone(), mine.running_var.clone()
         leaf = xb.clone().requires_grad_(True)
@@ -518,8 +511,8 @@ def check_norm1d(cls: type[nn.Module]) -> None:
             y = mine(leaf)
         leaf_ref = xb.clone().requires_grad_(True)
         y_ref = reference(leaf_ref)
-        expect(_shape(y) == (8, n), _("an (8, 4) batch must give an (8, 4) output; got {shape}").format(
-            shape=_shape(y)))
+        expect(shape_of(y) == str((8, n)), _("an (8, 4) batch must give an (8, 4) output; got {shape}").format(
+            shape=shape_of(y)))
         if not torch.allclose(y, y_ref, atol=1e-5):
             expect(False, _first_seen(y.detach(), [
                 ((xb - mean) / torch.sqrt(unbiased + eps) * weight + bias,
@@ -555,7 +548,7 @@ def check_norm1d(cls: type[nn.Module]) -> None:
     mine.eval()
     reference.eval()
     frozen = {name: t.clone() for name, t in _norm_tensors(mine).items()}
-    xe = _randn(5, n, seed=40) * 2
+    xe = randn(5, n, seed=40) * 2
     leaf, leaf_ref = xe.clone().requires_grad_(True), xe.clone().requires_grad_(True)
     with learner_code(_("calling your layer in eval() mode on a (5, 4) batch"), _(_NORM_SHAPES)):
         ye = mine(leaf)
@@ -563,7 +556,8 @@ def check_norm1d(cls: type[nn.Module]) -> None:
     expect(all(torch.equal(t, frozen[name]) for name, t in _norm_tensors(mine).items()),
            _("in eval() mode your forward changed the running statistics: update them only in training mode, "
              "under `if self.training:`"))
-    expect(_shape(ye) == (5, n), _("a (5, 4) batch must give a (5, 4) output; got {shape}").format(shape=_shape(ye)))
+    expect(shape_of(ye) == str((5, n)),
+           _("a (5, 4) batch must give a (5, 4) output; got {shape}").format(shape=shape_of(ye)))
     if not torch.allclose(ye, ye_ref, atol=1e-5):
         stats = frozen["running_mean"], frozen["running_var"]
         expect(False, _first_seen(ye.detach(), [
@@ -590,19 +584,19 @@ def check_norm1d(cls: type[nn.Module]) -> None:
     for mode in ("training", "eval"):
         narrow.train(mode == "training")
         default.train(mode == "training")
-        xd = _randn(8, m, seed=42) * 0.1 + 1.0
+        xd = randn(8, m, seed=42) * 0.1 + 1.0
         calling = (_("calling Norm1d({n}) in training mode on an (8, {n}) batch") if mode == "training"
                    else _("calling Norm1d({n}) in eval mode on an (8, {n}) batch")).format(n=m)
         with learner_code(calling, _(_NORM_SHAPES)):
             yd = narrow(xd)
-        expect(_shape(yd) == (8, m) and torch.allclose(yd, default(xd), atol=1e-5)
+        expect(shape_of(yd) == str((8, m)) and torch.allclose(yd, default(xd), atol=1e-5)
                and torch.allclose(narrow.running_mean, default.running_mean, atol=1e-6)
                and torch.allclose(narrow.running_var, default.running_var, atol=1e-6), defaults_hint)
 
     # Wherever it runs: on the input's device whatever the default device, and in float64.
     mine.train()
     reference.train()
-    xh = _randn(8, n, seed=45)
+    xh = randn(8, n, seed=45)
     with learner_code(_(_AS_ON_A_GPU), _(_ANY_DEVICE)):
         with _made_elsewhere():
             y_here = mine(xh)
@@ -610,7 +604,7 @@ def check_norm1d(cls: type[nn.Module]) -> None:
            and torch.allclose(y_here, reference(xh), atol=1e-5),
            _("the output must be on the input's device, with the same values, whatever the default device: "
              "{advice}").format(advice=_(_ANY_DEVICE)))
-    x64 = _randn(8, n, seed=50, dtype=torch.float64)
+    x64 = randn(8, n, seed=50, dtype=torch.float64)
     with learner_code(_("calling Norm1d({n}, dtype=torch.float64) on a float64 input").format(n=n), _(_ANY_DEVICE)):
         y64 = double(x64)
     expect(isinstance(y64, torch.Tensor) and y64.dtype == torch.float64

@@ -43,6 +43,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from utils.checks import ExerciseFailed, exercise, expect, learner_code
+from utils.exercises.common import generator, shape_of
 from utils.exercises.cuda_rules import default_device_elsewhere, same_device
 from utils.i18n import N_, _
 
@@ -157,14 +158,6 @@ _EMPTY = frozenset({"empty", "new_empty", "empty_like", "empty_strided"})
 def _called(calls: set[str], names: frozenset[str] | set[str]) -> str | None:
     """The first of ``names`` (alphabetically) that the learner's code called, if any."""
     return min(calls & names, default=None)
-
-
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def _shape(out: object) -> str:
-    return str(tuple(out.shape)) if isinstance(out, torch.Tensor) else type(out).__name__
 
 
 def _expect_tensor(out: object) -> None:
@@ -359,7 +352,7 @@ def check_one_hot(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
         out = fn(labels, 4)
     _expect_tensor(out)
     _expect_untouched("labels", labels, kept)
-    expect(out.shape == (7, 4), _("7 labels and 4 classes give shape (7, 4); got {shape}").format(shape=_shape(out)))
+    expect(out.shape == (7, 4), _("7 labels and 4 classes give shape (7, 4); got {shape}").format(shape=shape_of(out)))
     expect(out.is_floating_point(),
            _("return a float tensor (losses multiply it with floats); got {dtype}").format(dtype=out.dtype))
     want = torch.nn.functional.one_hot(labels, 4).to(out.dtype)
@@ -411,7 +404,7 @@ def check_select_scores(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     """``fn(scores, labels)``: scores (B, N, C), labels (B, N) → (B, N), ``out[b, n] = scores[b, n, labels[b, n]]``,
     differentiable with respect to ``scores``, on the scores' device."""
     # N >= C, so gathering along dim 1 instead of dim 2 runs without an error.
-    scores = torch.randn(2, 5, 4, generator=_gen(70))
+    scores = torch.randn(2, 5, 4, generator=generator(70))
     labels = torch.tensor([[3, 0, 2, 2, 1], [1, 3, 3, 0, 2]])
     kept_scores, kept_labels = scores.clone(), labels.clone()
     leaf = scores.clone().requires_grad_()
@@ -431,7 +424,7 @@ def check_select_scores(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     _expect_untouched("labels", labels, kept_labels)
     _expect_untouched("scores", given.detach(), kept_scores)
     expect(out.shape == (2, 5),
-           _("scores (2, 5, 4) and labels (2, 5) give shape (2, 5); got {shape}").format(shape=_shape(out)))
+           _("scores (2, 5, 4) and labels (2, 5) give shape (2, 5); got {shape}").format(shape=shape_of(out)))
     want = torch.tensor([[scores[b, n, labels[b, n]].item() for n in range(5)] for b in range(2)])
     expect(
         out.is_floating_point(),
@@ -604,7 +597,7 @@ def check_segment_mean(fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Ten
         _("4 segments of width 4 give shape (4, 4); got (3, 4), as many rows as ids.max() + 1: the number of rows "
           "is num_segments, not ids.max() + 1, as the last segments may have no rows (segment 3 has none here)"),
     )
-    expect(out.shape == (4, 4), _("4 segments of width 4 give shape (4, 4); got {shape}").format(shape=_shape(out)))
+    expect(out.shape == (4, 4), _("4 segments of width 4 give shape (4, 4); got {shape}").format(shape=shape_of(out)))
     expect(out.dtype == values.dtype,
            _("return values' dtype ({expected}); got {dtype}").format(expected=values.dtype, dtype=out.dtype))
     empty, reduce = _called(calls.names, _EMPTY), _called(calls.names, _REDUCES)
@@ -660,7 +653,7 @@ def check_segment_mean(fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Ten
         isinstance(out2, torch.Tensor) and out2.shape == (7, 2) and out2.dtype == torch.float64,
         _("float64 values (5, 2) in 7 segments must give a float64 result of shape (7, 2): take the dtype from "
           "values and the number of rows from num_segments (there may be more segments than rows); got "
-          "{result}").format(result=_shape(out2) + (f" {out2.dtype}" if isinstance(out2, torch.Tensor) else "")),
+          "{result}").format(result=shape_of(out2) + (f" {out2.dtype}" if isinstance(out2, torch.Tensor) else "")),
     )
     want2 = _segment_mean_reference(values2, ids2, 7)
     if not torch.allclose(out2, want2):
@@ -751,7 +744,7 @@ def check_count_tokens(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
     expect(
         out.dim() != 1,
         _("6 rows and a vocabulary of 5 give shape (6, 5); got {shape}, one count per token for the whole "
-          "batch: each row keeps its own counts").format(shape=_shape(out)),
+          "batch: each row keeps its own counts").format(shape=shape_of(out)),
     )
     expect(
         out.shape != (6, 4),
@@ -759,7 +752,7 @@ def check_count_tokens(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
           "vocab_size, whatever tokens the rows hold (token 4 never occurs here)"),
     )
     expect(out.shape == (6, 5),
-           _("6 rows and a vocabulary of 5 give shape (6, 5); got {shape}").format(shape=_shape(out)))
+           _("6 rows and a vocabulary of 5 give shape (6, 5); got {shape}").format(shape=shape_of(out)))
     expect(out.dtype == torch.int64,
            _("counts are whole numbers: return int64 (torch.long); got {dtype}").format(dtype=out.dtype))
     empty = _called(calls.names, _EMPTY)

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from utils.checks import ExerciseFailed, exercise, expect, learner_code
+from utils.exercises.common import ks_distance
 from utils.exercises.cuda_rules import same_device
 from utils.i18n import N_, _
 from utils.placement import _is_plain_tensor, _own_attributes, stray_attributes, stray_text
@@ -412,15 +413,6 @@ class _FalsyEval:
         return False
 
 
-def _ks_to_normal(sample: torch.Tensor, std: float) -> float:
-    """Kolmogorov-Smirnov distance between ``sample / std`` and the standard normal distribution."""
-    z = (sample.double().flatten() / std).sort().values
-    n = z.numel()
-    cdf = torch.special.ndtr(z)
-    rank = torch.arange(1, n + 1, dtype=torch.float64)
-    return torch.maximum(rank / n - cdf, cdf - (rank - 1) / n).max().item()
-
-
 def _expect_gradient_passes(layer: nn.Module) -> None:
     """In training mode the gradient of ``layer(x).sum()`` with respect to ``x`` is all ones, as for ``x + noise``."""
     x, calls = torch.zeros(64, requires_grad=True), _GeneratorDevices()
@@ -561,7 +553,7 @@ def check_noise(cls: type[nn.Module], device: torch.device | str | None = None) 
     mean, std = noisy.mean().item(), noisy.std().item()
     expect(abs(std - 0.5) < 0.02, _("sigma=0.5 must give noise of std 0.5; got {std}").format(std=f"{std:.3f}"))
     expect(abs(mean) < 0.02, _("the noise must have mean 0; got {mean}").format(mean=f"{mean:.3f}"))
-    distance = _ks_to_normal(noisy, 0.5)
+    distance = ks_distance(noisy / 0.5, torch.special.ndtr)
     expect(
         distance < 0.025,
         _("the noise has std 0.5 but is not normally distributed (its distribution is {distance} away from "

@@ -27,6 +27,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from utils.checks import exercise, expect, learner_code
+from utils.exercises.common import shape_of
 from utils.fake_gpus import FakeGPUs, fake_gpus
 from utils.i18n import N_, _
 from utils.timing import HostReads
@@ -438,10 +439,6 @@ def _same(got: list[float], other: torch.Tensor) -> bool:
     return all(math.isclose(g, o, abs_tol=1e-5) for g, o in zip(got, other.tolist(), strict=True))
 
 
-def _shape(t: torch.Tensor) -> str:
-    return str(tuple(t.shape))
-
-
 def _shape_cause(out: torch.Tensor, batch: int) -> str:
     if batch == 1 and out.shape == ():
         return _("the batch dim is gone: a batch of one row still needs a result of shape (1,)")
@@ -452,7 +449,7 @@ def _shape_cause(out: torch.Tensor, batch: int) -> str:
 
 def _wrong_means(got: list[float], x_ref: torch.Tensor, mask_ref: torch.Tensor) -> str | None:
     """The hint for means ``got`` that are not the right ones, the likeliest cause first (None: they are right)."""
-    shape, n = _shape(x_ref), x_ref.shape[-1]
+    shape, n = shape_of(x_ref), x_ref.shape[-1]
     want, kept = _reference(x_ref, mask_ref), torch.where(mask_ref, x_ref, 0.0)
     empty = next((row for row, keep in enumerate(mask_ref.tolist()) if not any(keep) and math.isnan(got[row])), None)
     if empty is not None:
@@ -504,7 +501,7 @@ def check_masked_mean(masked_mean: Callable[[torch.Tensor, torch.Tensor], torch.
     device = torch.device(device)
     for x_ref, mask_ref in _CASES:
         x, mask = _place(x_ref, device), _place(mask_ref, device)
-        with learner_code(_("calling masked_mean(x, mask) on a {shape} batch").format(shape=_shape(x_ref))):
+        with learner_code(_("calling masked_mean(x, mask) on a {shape} batch").format(shape=shape_of(x_ref))):
             out = masked_mean(x, mask)
         expect(isinstance(out, torch.Tensor), _("return a tensor, got {type}").format(type=type(out).__name__))
         inputs = (("x", x, x_ref), ("mask", mask, mask_ref))
@@ -517,7 +514,7 @@ def check_masked_mean(masked_mean: Callable[[torch.Tensor, torch.Tensor], torch.
                _("the result is on {device}, the input on {input}: keep it on x's device").format(
                    device=out.device, input=x.device))
         expect(out.shape == (len(x_ref),), _("x has shape {shape} and the result {result}: {cause}").format(
-            shape=_shape(x_ref), result=_shape(out), cause=_shape_cause(out, len(x_ref))))
+            shape=shape_of(x_ref), result=shape_of(out), cause=_shape_cause(out, len(x_ref))))
         expect(out.is_floating_point(), _("the means must be floating point, got {dtype}").format(dtype=out.dtype))
         wrong = _wrong_means(out.detach().cpu().tolist(), x_ref, mask_ref)
         if wrong:
@@ -527,7 +524,7 @@ def check_masked_mean(masked_mean: Callable[[torch.Tensor, torch.Tensor], torch.
     # Watched on CPU copies, so that the verdict and its words are the same on a CPU and on a GPU.
     for x_ref, mask_ref in _CASES:
         with learner_code(_("calling masked_mean(x, mask) again on a {shape} batch, watching what it asks "
-                            "of the host").format(shape=_shape(x_ref))), HostReads() as reads, \
+                            "of the host").format(shape=shape_of(x_ref))), HostReads() as reads, \
                 _DefaultDeviceFactories() as made:
             masked_mean(x_ref.clone(), mask_ref.clone())
         expect(not reads, _("it calls {calls}, which {cause}").format(calls=", ".join(dict.fromkeys(reads)),

@@ -26,6 +26,7 @@ from torch import nn
 
 from utils._validate import check_int
 from utils.checks import exercise, expect, learner_code
+from utils.exercises.common import translated
 from utils.i18n import N_, _
 
 __all__ = [
@@ -38,10 +39,6 @@ __all__ = [
     "true_epoch_shards",
 ]
 
-
-def _causes(table: dict[str, str]) -> dict[str, str]:
-    """Pieces of error messages and their causes (marked with ``N_``), in the learner's language."""
-    return {piece: _(cause) for piece, cause in table.items()}
 
 
 #: Without num_replicas and rank, DistributedSampler asks the process group for them, and there is none here.
@@ -115,7 +112,7 @@ def check_ddp_numbers(ddp_numbers: Callable[[int, int, int], tuple[int, int]]) -
     """``ddp_numbers(n_samples, world_size, batch_size)`` returns ``(global_batch, steps_per_epoch)``."""
     for n, world, batch in _NUMBER_CASES:
         with learner_code(_("calling ddp_numbers({n}, {world}, {batch})").format(n=n, world=world, batch=batch),
-                          _("not known from here: the error is in your ddp_numbers"), causes=_causes(_NO_GROUP)):
+                          _("not known from here: the error is in your ddp_numbers"), causes=translated(_NO_GROUP)):
             got = ddp_numbers(n, world, batch)
         expect(
             isinstance(got, tuple) and len(got) == 2 and all(_is_int(v) for v in got),
@@ -176,7 +173,7 @@ def _shards_of(answer: Callable[..., list[list[int]]], n: int, world: int, epoch
         with learner_code(
             _("calling epoch_shards({n}, {world}, {rank}, {epochs}, {seed})").format(
                 n=n, world=world, rank=rank, epochs=epochs, seed=seed),
-            _("not known from here: the error is in your epoch_shards"), causes=_causes(_NO_GROUP),
+            _("not known from here: the error is in your epoch_shards"), causes=translated(_NO_GROUP),
         ):
             per_epoch = answer(n, world, rank, epochs, seed)
         if isinstance(per_epoch, list):  # a tuple of ints is as good as a list
@@ -540,7 +537,7 @@ def check_accumulate_step(accumulate_step: Callable[..., object], device: torch.
         ddp, optimizer = RecordingDDP(model, log), RecordingSGD(model.parameters(), 0.1, log)
         with learner_code(
             _("calling accumulate_step(ddp, optimizer, loss_fn, micro_batches) with {k} micro-batch(es)").format(k=k),
-            _("not known from here: the error is in your accumulate_step"), causes=_causes(_STEP_CAUSES),
+            _("not known from here: the error is in your accumulate_step"), causes=translated(_STEP_CAUSES),
         ):
             accumulate_step(ddp, optimizer, loss_fn, [(x.clone(), y.clone()) for x, y in batches])
         _expect_passes_and_one_step(log, ddp, k)
