@@ -14,13 +14,21 @@ workers, two at a time, as the job starts them), and the chapter's figure withou
 made of the chapters' generated setup cell and one small cell each (an optimizer step, a ``torch.compile`` call,
 a plot, ...). They bound what any chapter that teaches such a thing can reach.
 
+A chapter's own floor is that kind of notebook too: the setup cell and the first-use cell of each part of torch
+its lessons use (:data:`TOPICS`, found in the lesson cells that run on a CPU; the Exercises' cells are not lessons).
+Each chapter's line gives its time over that floor as well, the goal being at most 1.25. ``--loads`` shows, for
+each chapter, which cell first imported each of the costly parts of torch (:data:`LOADS`): a part that an
+exercise's check imports before any lesson does is loaded for the checks alone.
+
 A benchmark, not a test: its figures depend on the machine and its load. Nothing here is run by ``pytest``.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import os
+import re
 import subprocess
 import sys
 import time
@@ -55,6 +63,72 @@ FIRST_USE = {
     "+ one matplotlib figure": PLOT,
     "+ one optimizer step and one figure": f"{STEP}\n{PLOT}",
 }
+
+
+#: The parts of torch that a lesson pays for on first use: (a pattern of the lesson cells that use it, the module
+#: whose import shows that they did, its first-use cell).
+TOPICS = {
+    "optimizer": (r"optim\.\w+\(", "torch._dynamo", STEP),
+    "compile": (r"torch\.compile\(", "torch._dynamo", COMPILE),
+    "meta": (r"""device=["']meta["']|torch\.device\(["']meta["']\)|\.to\(["']meta["']\)""", "torch._dynamo", META),
+    "determinism": (r"use_deterministic_algorithms\(", "torch._dynamo", DETERMINISM),
+    "figure": (r"plt\.|explore\(|build_explorer\(", "matplotlib.pyplot", PLOT),
+}
+#: The modules whose first import is dear (see ``--first-use``), watched by ``--loads``.
+LOADS = ("torch._dynamo", "sympy", "torch._inductor.config", "matplotlib.pyplot")
+_HARDWARE = {"requires-cuda", "requires-multi-gpu"}
+EXERCISES = " (Exercises)"
+
+
+def lesson_topics(nb: nbformat.NotebookNode) -> dict[str, list[str]]:
+    """For each of :data:`TOPICS` a lesson uses, the ids of the lesson cells that use it. A lesson cell is a code
+    cell outside the Exercises section that runs on a CPU (no hardware tag)."""
+    found: dict[str, list[str]] = {}
+    in_exercises = False
+    for cell in nb.cells:
+        if cell.cell_type == "markdown" and cell.source.startswith("## "):
+            in_exercises = cell.source.startswith("## Exercises")
+        if cell.cell_type != "code" or in_exercises or _HARDWARE & set(cell.metadata.get("tags", [])):
+            continue
+        for topic, (pattern, _, _) in TOPICS.items():
+            if re.search(pattern, cell.source):
+                found.setdefault(topic, []).append(cell.id)
+    return found
+
+
+def paid_topics(nb: nbformat.NotebookNode, loads: dict[str, str]) -> list[str]:
+    """The :data:`TOPICS` the chapter's lessons use and pay for: a lesson cell imported the module that shows it
+    (``loads``: see :func:`first_loads`). A lesson that only names an optimizer, say to show the error an empty
+    parameter list raises, pays nothing."""
+    by_lessons = {m for m, cell in loads.items() if not cell.endswith(EXERCISES)}
+    return [t for t in lesson_topics(nb) if TOPICS[t][1] in by_lessons]
+
+
+def topic_floor(topics: list[str]) -> nbformat.NotebookNode:
+    """The setup cell and the first-use cell of each of ``topics``."""
+    return notebook(SETUP, *(TOPICS[t][2] for t in topics))
+
+
+def first_loads(nb: nbformat.NotebookNode, path: str) -> dict[str, str]:
+    """Run ``nb`` once with an IPython hook that notes, after each cell, which of :data:`LOADS` are imported:
+    for each, the id of the cell that imported it, and ``" (Exercises)"`` where that cell is an exercise's."""
+    watch = ("import sys, IPython\n_loads = {}\ndef _note(result):\n"
+             f"    for m in {LOADS!r}:\n"
+             "        if m in sys.modules and m not in _loads: _loads[m] = result.execution_count\n"
+             "IPython.get_ipython().events.register('post_run_cell', _note)")
+    probe = nbformat.from_dict(nb)
+    probe.cells = [nbformat.v4.new_code_cell(watch), *probe.cells, nbformat.v4.new_code_cell("print(_loads)")]
+    run_all(probe, path)
+    counts = ast.literal_eval(probe.cells[-1].outputs[0]["text"])
+    by_count, section, exercise = {}, "", set()
+    for cell in probe.cells:
+        if cell.cell_type == "markdown" and cell.source.startswith("## "):
+            section = cell.source.splitlines()[0]
+        if cell.cell_type == "code" and cell.execution_count:
+            by_count[cell.execution_count] = cell.get("id", "?")
+            if section.startswith("## Exercises"):
+                exercise.add(cell.execution_count)
+    return {m: by_count[n] + (EXERCISES if n in exercise else "") for m, n in counts.items()}
 
 
 def notebook(*sources: str) -> nbformat.NotebookNode:
@@ -93,20 +167,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("numbers", nargs="*", help="chapter numbers such as 01 02 (default: all)")
     parser.add_argument("--repeats", type=int, default=5, help="runs of each notebook and of the floor")
     parser.add_argument("--first-use", action="store_true", help="time torch's first-use costs instead of chapters")
+    parser.add_argument("--loads", action="store_true",
+                        help="show which cell first imports each costly part of torch, instead of timing")
     args = parser.parse_args(argv)
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     floor_nb = notebook("import torch")
+    chapters = [BY_NUMBER[n] for n in args.numbers] if args.numbers else list(CHAPTERS)
+    if args.loads:
+        for ch in chapters:
+            loads = first_loads(nbformat.read(ch.path, as_version=4), str(ch.path.parent))
+            print(f"{ch.number} {ch.path.stem:28s}", ", ".join(f"{m}: {c}" for m, c in loads.items()) or "none",
+                  flush=True)
+        return 0
     if args.first_use:  # (label, the notebook, its folder)
         runs = [(f"{name:44s}", notebook(SETUP, code), Path(".")) for name, code in FIRST_USE.items()]
     else:
-        chapters = [BY_NUMBER[n] for n in args.numbers] if args.numbers else list(CHAPTERS)
         runs = [(f"{ch.number} {ch.path.stem:28s}", nbformat.read(ch.path, as_version=4), ch.path.parent)
                 for ch in chapters]
     boot = None
     for label, source, folder in runs:
-        floors, times, launch = [], [], []
+        floors, times, launch, own = [], [], [], []
+        loads = {} if args.first_use else first_loads(source, str(folder))
+        topics = paid_topics(source, loads)
+        for_checks = [m for m, cell in loads.items() if cell.endswith(EXERCISES)]
         for _ in range(args.repeats):
             floors.append(run_all(nbformat.from_dict(floor_nb), "."))
+            if topics:
+                own.append(run_all(topic_floor(topics), "."))
             nb = nbformat.from_dict(source)
             times.append(run_all(nb, str(folder)))
             launch.append(sum(cell_seconds(c) for c in nb.cells
@@ -114,10 +201,17 @@ def main(argv: list[str] | None = None) -> int:
         pairs = list(zip(times, floors, strict=True))
         line = (f"{label} {median(t / f for t, f in pairs):4.2f} x floor "
                 f"(fastest run {min(times):5.2f} s, floor {min(floors):.2f} s)")
+        if not args.first_use:
+            own = own or floors
+            line += (f"; {median(t / f for t, f in zip(times, own, strict=True)):4.2f} x its topics' floor "
+                     f"({', '.join(topics) or 'none'}: {min(own):.2f} s)")
+        if for_checks:
+            line += f"; imported for the checks alone: {', '.join(for_checks)}"
         if any(launch):
             boot = boot or min(startup(AGENT) for _ in range(3)) + min(startup(WORKER) for _ in range(3))
             line += (f"; torchrun cell {min(launch):.2f} s, of which its interpreters' start-up {boot:.2f} s; "
-                     f"without it {median((t - boot) / f for t, f in pairs):.2f} x floor")
+                     f"without it {median((t - boot) / f for t, f in pairs):.2f} x floor, "
+                     f"{median((t - boot) / f for t, f in zip(times, own, strict=True)):.2f} x its topics' floor")
         print(line, flush=True)
     return 0
 
