@@ -30,6 +30,7 @@ import tempfile
 import tokenize
 from functools import cache
 from pathlib import Path
+from unittest import mock
 
 import polib
 
@@ -60,9 +61,12 @@ _UNTRANSLATED_COMMENT = re.compile(r"^(noqa|type:|pragma|fmt:|ruff:|----)")
 @functools.lru_cache(maxsize=4096)
 def markdown_messages(markdown: str) -> tuple[str, ...]:
     """The messages of one Markdown cell, as ``mdpo`` splits it (code blocks are not messages)."""
-    from mdpo.md2po import markdown_to_pofile
+    import mdpo.md2po as md2po
 
-    return tuple(entry.msgid for entry in markdown_to_pofile(markdown))
+    # mdpo first tries its argument as a glob of files (a cell reading "*" would be read as this folder's files),
+    # which also costs a regular expression per cell: a cell is always content.
+    with mock.patch.object(md2po, "to_files_or_content", lambda value: (False, value)):
+        return tuple(entry.msgid for entry in md2po.markdown_to_pofile(markdown))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -488,6 +492,7 @@ def printed_lines() -> frozenset[str]:
     return frozenset(i18n.PRINTED) | {message for _file, _line, message, _comments, _context in found}
 
 
+@functools.lru_cache(maxsize=4096)
 def _placeholder_pattern(msgid: str, whole: str = "") -> re.Pattern | None:
     """``msgid`` as a regular expression whose groups are its ``{placeholders}`` (None if it has none). ``whole``:
     an alternation of messages with a comma in them, tried first for a value, so that a value such as "normal, std
