@@ -179,6 +179,22 @@ def test_editions_link_to_themselves(language):
     assert course.binder_url(ch, language) in header
 
 
+@pytest.mark.parametrize("language", course.LANGUAGES)
+def test_every_relative_link_leads_to_a_file_from_where_the_notebook_lives(language):
+    # An edition lives one folder below the English notebooks: a link out of notebooks/ (chapter 10's to
+    # ../utils/ddp_train.py) climbs one folder further there, or JupyterLab opens nothing.
+    for ch in course.CHAPTERS:
+        path = ch.path_in(language)
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type != "markdown":
+                continue
+            prose = re.sub(r"```.*?```|`[^`]*`|\$[^$]*\$", "", cell.source, flags=re.S)  # not code, not maths
+            for target in re.findall(r"\]\(([^)\s]+)\)", prose):
+                if "://" in target or target.startswith(("#", "mailto:")):
+                    continue
+                assert (path.parent / target.split("#")[0]).is_file(), f"{path.name} cell {cell.id}: {target}"
+
+
 def test_split_comment_keeps_lines_and_text():
     text = "每块 GPU 上的 fp32 矩阵乘法都以完整的 fp32 精度计算（不用 TF32，不论机器的默认设置如何），因此结果一致。"
     for parts in (1, 2, 3):

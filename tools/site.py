@@ -77,14 +77,14 @@ def page(ch: course.Chapter) -> str:
     return "index" if ch.number == "00" else ch.path.stem
 
 
-def _links(markdown: str) -> str:
-    """Chapter links point at the pages' sources; a link to another file of the repository goes to GitHub (a
-    Chinese edition's links are the English notebook's, so they are read from ``notebooks/``)."""
+def _links(markdown: str, folder: Path = course.NOTEBOOKS) -> str:
+    """Chapter links point at the pages' sources; a link to another file of the repository (relative to
+    ``folder``, the notebook's) goes to GitHub."""
     def fix(m: re.Match) -> str:
         target = m.group(1)
         if target == course.CHAPTERS[0].file:
             return "](index.ipynb)"
-        path = (course.NOTEBOOKS / target).resolve()
+        path = (folder / target).resolve()
         if "://" in target or target in {c.file for c in course.CHAPTERS} or not path.is_file():
             return m.group(0)
         rel = path.relative_to(ROOT).as_posix()
@@ -125,7 +125,8 @@ def edition(ch: course.Chapter, language: str = "en") -> nbformat.NotebookNode:
             cell.metadata["tags"] = tags
         cells.append(cell)
         if cell.cell_type == "markdown":  # MathJax 2 would print the backslash of \text{fan\_in}, as on the slides
-            cell.source = slides._TEXT_ESCAPES.sub(lambda m: m.group(0).replace("\\_", "_"), _links(cell.source))
+            linked = _links(cell.source, ch.path_in(language).parent)
+            cell.source = slides._TEXT_ESCAPES.sub(lambda m: m.group(0).replace("\\_", "_"), linked)
             if i in further and cell.source.startswith("### "):
                 folds += 1
                 cell.source = f"({FOLD}{ch.number}-{folds})=\n{cell.source}"

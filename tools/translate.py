@@ -53,6 +53,8 @@ _TERMS = re.compile("|".join(map(re.escape, sorted(TRADITIONAL_TERMS, key=len, r
 
 
 #: Comments that are instructions to tools, or markers the course's tools look for: never translated.
+#: A link out of ``notebooks/`` (``](../utils/ddp_train.py)``): an edition lives one folder further down.
+_UP = re.compile(r"\]\(\.\./")
 _UNTRANSLATED_COMMENT = re.compile(r"^(noqa|type:|pragma|fmt:|ruff:|----)")
 
 
@@ -470,7 +472,7 @@ def translated_notebook(nb, translations: dict[str, str], printed: dict[str, str
             continue
         if cell.cell_type == "markdown":
             title, rest = _title_split(nb, cell)
-            cell.source = title + translate_markdown(rest, lookup)
+            cell.source = _UP.sub("](../../", title + translate_markdown(rest, lookup))
         elif cell.cell_type == "code":
             cell.source = translate_code(cell.source, translations)
             if printed:
