@@ -111,12 +111,10 @@ def _expect_where_the_input_is(layer: nn.Module, x: torch.Tensor, expected: torc
     """Run as on a GPU machine, the layer's output is on the input's device, with the expected values."""
     with learner_code(_(_AS_ON_A_GPU), _(_ANY_DEVICE)), _made_elsewhere():
         y = layer(x)
-    expect(
-        isinstance(y, torch.Tensor) and y.device == x.device and y.shape == expected.shape
-        and torch.allclose(y, expected, atol=1e-5),
-        _("the output must be on the input's device, with the same values, whatever the default device: "
-          "{advice}").format(advice=_(_ANY_DEVICE)),
-    )
+    expect(isinstance(y, torch.Tensor) and y.device == x.device and y.shape == expected.shape
+           and torch.allclose(y, expected, atol=1e-5),
+           _("the output must be on the input's device, with the same values, whatever the default device: "
+             "{advice}").format(advice=_(_ANY_DEVICE)))
 
 
 def _weight_norm_reference(x, direction, scale, bias):
@@ -135,22 +133,18 @@ def _built_weight_norm(cls: type[nn.Module], n_in: int, n_out: int, x: torch.Ten
         first = layer(x)  # an unfinished answer stops here, with NotImplementedError
     shapes = {name: tuple(p.shape) for name, p in layer.named_parameters()}
     wanted = {"direction": (n_out, n_in), "scale": (n_out,), "bias": (n_out,)}
-    expect(
-        shapes == wanted,
-        _("cls({n_in}, {n_out}) must register exactly the parameters {wanted}; got {shapes}. "
-          "Wrap each tensor in nn.Parameter and assign it as an attribute.").format(
-              n_in=n_in, n_out=n_out, wanted=wanted, shapes=shapes),
-    )
+    expect(shapes == wanted,
+           _("cls({n_in}, {n_out}) must register exactly the parameters {wanted}; got {shapes}. "
+             "Wrap each tensor in nn.Parameter and assign it as an attribute.").format(
+                 n_in=n_in, n_out=n_out, wanted=wanted, shapes=shapes))
     start = layer.direction.detach()
     finite_out = not (isinstance(first, torch.Tensor) and first.is_floating_point()) or bool(first.isfinite().all())
-    expect(
-        bool(start.isfinite().all() and (start.norm(dim=1) > 0).all()) and finite_out,
-        _("a new layer must be usable as it is, whatever its size: WeightNormLinear({n_in}, {n_out}) starts with a "
-          "direction row of zeros (or its output is not finite). Start direction random (torch.randn(out_features, "
-          "in_features) * in_features ** -0.5, say); a row of zeros has no direction, and dividing it by its norm "
-          "gives nan (an identity start, torch.eye(out_features, in_features), has zero rows when out_features > "
-          "in_features)").format(n_in=n_in, n_out=n_out),
-    )
+    expect(bool(start.isfinite().all() and (start.norm(dim=1) > 0).all()) and finite_out,
+           _("a new layer must be usable as it is, whatever its size: WeightNormLinear({n_in}, {n_out}) starts with a "
+             "direction row of zeros (or its output is not finite). Start direction random (torch.randn(out_features, "
+             "in_features) * in_features ** -0.5, say); a row of zeros has no direction, and dividing it by its norm "
+             "gives nan (an identity start, torch.eye(out_features, in_features), has zero rows when out_features > "
+             "in_features)").format(n_in=n_in, n_out=n_out))
     return layer
 
 
@@ -165,16 +159,12 @@ def _weight_norm_values(layer: nn.Module, x: torch.Tensor, direction, scale, bia
             n_in=n_in, n_out=n_out, shape=tuple(x.shape)), _("the error is in your forward")):
         y = layer(x)
     expected = _weight_norm_reference(x, direction, scale, bias)
-    expect(
-        isinstance(y, torch.Tensor) and y.shape == expected.shape,
-        _("a batch of {count} inputs of width {n_in} must give shape {shape}; got {actual}").format(
-            count=x.shape[0], n_in=n_in, shape=tuple(expected.shape), actual=shape_of(y)),
-    )
-    expect(
-        torch.allclose(y, expected, atol=1e-5),
-        _("wrong values: W = scale[:, None] * direction / direction.norm(dim=1, keepdim=True) (each row of "
-          "direction divided by its own norm), then y = x @ W.T + bias"),
-    )
+    expect(isinstance(y, torch.Tensor) and y.shape == expected.shape,
+           _("a batch of {count} inputs of width {n_in} must give shape {shape}; got {actual}").format(
+               count=x.shape[0], n_in=n_in, shape=tuple(expected.shape), actual=shape_of(y)))
+    expect(torch.allclose(y, expected, atol=1e-5),
+           _("wrong values: W = scale[:, None] * direction / direction.norm(dim=1, keepdim=True) (each row of "
+             "direction divided by its own norm), then y = x @ W.T + bias"))
     return expected
 
 
@@ -193,25 +183,22 @@ def _expect_any_leading_dimensions(layer: nn.Module, x: torch.Tensor) -> None:
                                  "got {shape}").format(shape=shape_of(y1)))
 
 
-def _expect_length_of_direction_ignored(layer: nn.Module, x: torch.Tensor, expected: torch.Tensor,
-                                        direction: torch.Tensor) -> None:
+def _expect_length_of_direction_ignored(layer: nn.Module, x: torch.Tensor, expected: torch.Tensor) -> None:
     """Scaling ``direction`` leaves the output as it is: only its direction counts."""
+    direction = layer.direction.detach().clone()
     with torch.no_grad():
         layer.direction.mul_(3.0)
     with learner_code(_("calling your layer after scaling direction by 3"), _("the error is in your forward")):
         scaled = layer(x)
-    expect(
-        torch.allclose(scaled, expected, atol=1e-5),
-        _("scaling direction must not change the output: only its direction counts, its length is "
-          "normalized away"),
-    )
+    expect(torch.allclose(scaled, expected, atol=1e-5),
+           _("scaling direction must not change the output: only its direction counts, its length is "
+             "normalized away"))
     with torch.no_grad():
         layer.direction.copy_(direction)
 
 
 def _weight_norm_gradients(layer: nn.Module, x: torch.Tensor, direction, scale, bias) -> None:
-    """The input and every parameter get a gradient, and the right one; a missing history is named before
-    backward()."""
+    """The input and every parameter get the right gradient; a missing history is named before backward()."""
     layer.zero_grad(set_to_none=True)
     with learner_code(_("calling your layer on a {shape} input").format(shape=tuple(x.shape)),
                       _("the error is in your forward")):
@@ -235,17 +222,21 @@ def _weight_norm_gradients(layer: nn.Module, x: torch.Tensor, direction, scale, 
              "torch.no_grad(), from .data, or detached?"))
     for name, reference in zip(("direction", "scale", "bias"), leaves, strict=True):
         grad = getattr(layer, name).grad
-        expect(
-            grad is not None,
-            _("no gradient reached {quoted}: forward must use the parameter itself. Reading "
-              "self.{name}.data or self.{name}.detach() gives the right numbers but cuts it out of "
-              "autograd, so it is never trained").format(quoted=repr(name), name=name),
-        )
-        expect(
-            torch.allclose(grad, reference.grad, atol=1e-4),
-            _("the gradient of {name} is wrong: is part of the computation (e.g. the norm) taken "
-              "under torch.no_grad(), from .data, or detached?").format(name=repr(name)),
-        )
+        expect(grad is not None,
+               _("no gradient reached {quoted}: forward must use the parameter itself. Reading "
+                 "self.{name}.data or self.{name}.detach() gives the right numbers but cuts it out of "
+                 "autograd, so it is never trained").format(quoted=repr(name), name=name))
+        expect(torch.allclose(grad, reference.grad, atol=1e-4),
+               _("the gradient of {name} is wrong: is part of the computation (e.g. the norm) taken "
+                 "under torch.no_grad(), from .data, or detached?").format(name=repr(name)))
+
+
+def _expect_weight_norm(cls: type[nn.Module], x: torch.Tensor, parameters: tuple) -> tuple[nn.Module, torch.Tensor]:
+    """``cls(in, out)`` for the sizes of ``parameters``: a usable start, the formula's values, the right gradients."""
+    layer = _built_weight_norm(cls, x.shape[-1], parameters[0].shape[0], x)
+    expected = _weight_norm_values(layer, x, *parameters)
+    _weight_norm_gradients(layer, x, *parameters)
+    return layer, expected
 
 
 def _expect_float64_after_double(layer: nn.Module, x: torch.Tensor) -> None:
@@ -253,16 +244,13 @@ def _expect_float64_after_double(layer: nn.Module, x: torch.Tensor) -> None:
     double = copy.deepcopy(layer).double()
     with learner_code(_("calling your layer, converted with .double(), on a float64 input"), _(_ANY_DEVICE)):
         y64 = double(x.double())
-    expect(
-        isinstance(y64, torch.Tensor) and y64.dtype == torch.float64,
-        _("after .double(), a float64 input must give a float64 output; got {dtype}: {advice}").format(
-            dtype=getattr(y64, "dtype", type(y64).__name__), advice=_(_ANY_DEVICE)),
-    )
+    expect(isinstance(y64, torch.Tensor) and y64.dtype == torch.float64,
+           _("after .double(), a float64 input must give a float64 output; got {dtype}: {advice}").format(
+               dtype=getattr(y64, "dtype", type(y64).__name__), advice=_(_ANY_DEVICE)))
 
 
 def _expect_nothing_left_behind(layer: nn.Module, x: torch.Tensor, expected: torch.Tensor) -> None:
-    """Moved to a GPU, the layer takes its parameters and buffers along; no tensor it uses is a plain attribute,
-    which stays where it was made."""
+    """No tensor the layer uses is a plain attribute, which a move to a GPU leaves where it was made."""
     plain = [name for name, value in vars(layer).items() if isinstance(value, torch.Tensor)]
     if not plain:
         return
@@ -284,18 +272,12 @@ def check_weight_norm_linear(cls: type[nn.Module]) -> None:
     parameter computes the right numbers but never trains it), for two sizes (5 → 3, and 2 → 4, wider than
     long). It runs on any device and dtype.
     """
-    x, parameters = randn(4, 5, seed=4), (randn(3, 5, seed=1), randn(3, seed=2).abs() + 0.5, randn(3, seed=3))
-    layer = _built_weight_norm(cls, 5, 3, x)
-    expected = _weight_norm_values(layer, x, *parameters)
+    x = randn(4, 5, seed=4)
+    layer, expected = _expect_weight_norm(cls, x, (randn(3, 5, seed=1), randn(3, seed=2).abs() + 0.5, randn(3, seed=3)))
+    # A second size, wider than it is long (out_features > in_features).
+    _expect_weight_norm(cls, randn(3, 2, seed=6), (randn(4, 2, seed=7), randn(4, seed=8).abs() + 0.5, randn(4, seed=9)))
     _expect_any_leading_dimensions(layer, x)
-    _expect_length_of_direction_ignored(layer, x, expected, parameters[0])
-    _weight_norm_gradients(layer, x, *parameters)
-
-    # A second size, wider than it is long (out_features > in_features): values, a usable start, gradients.
-    x2, parameters2 = randn(3, 2, seed=6), (randn(4, 2, seed=7), randn(4, seed=8).abs() + 0.5, randn(4, seed=9))
-    wide = _built_weight_norm(cls, 2, 4, x2)
-    _weight_norm_values(wide, x2, *parameters2)
-    _weight_norm_gradients(wide, x2, *parameters2)
+    _expect_length_of_direction_ignored(layer, x, expected)
 
     # Wherever it is moved: float64, and an input on a device other than the default one.
     _expect_float64_after_double(layer, x)
@@ -304,39 +286,30 @@ def check_weight_norm_linear(cls: type[nn.Module]) -> None:
 
 
 def _expect_half_fourier_of(layer: nn.Module, shape: tuple[int, ...], dtype: torch.dtype) -> None:
-    """On an input of ``shape`` and ``dtype``: the first n // 2 complex coefficients of ``torch.fft.fft`` along the
-    last dimension, in the input's precision, and (for n >= 2) their gradient."""
+    """For ``shape`` and ``dtype``: fft's first n // 2 coefficients, in the input's precision, and their gradient."""
     x = randn(*shape, seed=sum(shape), dtype=dtype).requires_grad_(True)
     with learner_code(_("calling your layer on a {dtype} input of shape {shape} that requires grad").format(
             dtype=dtype, shape=shape), _(_STAY)):
         out = layer(x)
     n = shape[-1]
     want = torch.fft.fft(x.detach(), dim=-1)[..., : n // 2]
-    expect(
-        isinstance(out, torch.Tensor) and out.is_complex(),
-        _("return the complex coefficients of torch.fft.fft, not their magnitudes or real parts"),
-    )
+    expect(isinstance(out, torch.Tensor) and out.is_complex(),
+           _("return the complex coefficients of torch.fft.fft, not their magnitudes or real parts"))
     # rfft keeps n // 2 + 1 coefficients; for an odd n so does fft(x)[..., :ceil(n / 2)], which is not rfft
     rfft = out.shape[-1] == n // 2 + 1 and n % 2 == 0
-    expect(
-        out.shape == want.shape,
-        (_("an input of shape {shape} must give {expected} (the first n // 2 = {half} "
-           "coefficients along the last dimension; n // 2 rounds down for odd n); got {actual}. "
-           "torch.fft.rfft keeps n // 2 + 1 of them, one too many.") if rfft else
-         _("an input of shape {shape} must give {expected} (the first n // 2 = {half} "
-           "coefficients along the last dimension; n // 2 rounds down for odd n); got {actual}.")).format(
-               shape=shape, expected=tuple(want.shape), half=n // 2, actual=tuple(out.shape)),
-    )
-    expect(
-        out.dtype == want.dtype,
-        _("a {dtype} input gives {expected} coefficients in torch.fft; got {actual}. Do not fix the "
-          "dtype (complex64) in forward; follow the input's (a NumPy detour also loses it)").format(
-              dtype=x.dtype, expected=want.dtype, actual=out.dtype),
-    )
-    expect(
-        torch.allclose(out.detach(), want, atol=1e-5),
-        _("wrong values: apply torch.fft.fft along the last dimension only, then keep [..., : n // 2]"),
-    )
+    expect(out.shape == want.shape,
+           (_("an input of shape {shape} must give {expected} (the first n // 2 = {half} "
+              "coefficients along the last dimension; n // 2 rounds down for odd n); got {actual}. "
+              "torch.fft.rfft keeps n // 2 + 1 of them, one too many.") if rfft else
+            _("an input of shape {shape} must give {expected} (the first n // 2 = {half} "
+              "coefficients along the last dimension; n // 2 rounds down for odd n); got {actual}.")).format(
+                  shape=shape, expected=tuple(want.shape), half=n // 2, actual=tuple(out.shape)))
+    expect(out.dtype == want.dtype,
+           _("a {dtype} input gives {expected} coefficients in torch.fft; got {actual}. Do not fix the "
+             "dtype (complex64) in forward; follow the input's (a NumPy detour also loses it)").format(
+                 dtype=x.dtype, expected=want.dtype, actual=out.dtype))
+    expect(torch.allclose(out.detach(), want, atol=1e-5),
+           _("wrong values: apply torch.fft.fft along the last dimension only, then keep [..., : n // 2]"))
     if n < 2:
         return
     hint = _("no gradient reaches the input: the layer must be differentiable (stay in torch, no NumPy)")
@@ -372,7 +345,6 @@ def check_half_fourier(cls: type[nn.Module]) -> None:
 _NORM_STATE = {"weight": 1.0, "bias": 0.0, "running_mean": 0.0, "running_var": 1.0}
 _RESET = N_("reset_parameters() sets weight to ones, bias to zeros, running_mean to zeros and running_var to ones, "
             "in place (fill_, zero_, nn.init.ones_) under torch.no_grad()")
-_IN_RESET = N_("the error is in reset_parameters(), which the given __init__ calls: {reset}")
 
 
 def _norm_tensors(layer: nn.Module) -> dict[str, torch.Tensor | None]:
@@ -381,10 +353,8 @@ def _norm_tensors(layer: nn.Module) -> dict[str, torch.Tensor | None]:
 
 def _built(cls: type[nn.Module], what: str, n: int, causes: dict[str, str] | None = None,
            **kwargs) -> tuple[nn.Module, tuple[dict | None, dict | None]]:
-    """``cls(n, **kwargs)`` (``what`` says so in a hint), with its four tensors as ``reset_parameters()`` found them
-    and as it left them at its last call on the layer (``None, None`` where ``__init__`` never called it). The method
-    is patched on the class itself, so that ``self.reset_parameters()`` and ``cls.reset_parameters(self)`` both
-    count; restored after."""
+    """``cls(n, **kwargs)``, and its four tensors before and after the last ``reset_parameters()`` call on it (``None,
+    None`` without one); patched on the class, ``cls.reset_parameters(self)`` counts too."""
     original, seen = getattr(cls, "reset_parameters", None), []
 
     def watched(self, *args, **kw):
@@ -393,7 +363,8 @@ def _built(cls: type[nn.Module], what: str, n: int, causes: dict[str, str] | Non
         seen.append((self, before, _norm_tensors(self)))
         return result
 
-    with learner_code(what, _(_IN_RESET).format(reset=_(_RESET)), causes=causes):
+    with learner_code(what, _("the error is in reset_parameters(), which the given __init__ calls: {reset}").format(
+            reset=_(_RESET)), causes=causes):
         if not callable(original):
             return cls(n, **kwargs), (None, None)
         with mock.patch.object(cls, "reset_parameters", watched):
@@ -408,8 +379,7 @@ def _first_seen(value: torch.Tensor, near_misses: list[tuple[torch.Tensor, str]]
 
 
 def _expect_registered(layer: object, n: int) -> None:
-    """A module with reset_parameters(), the parameters weight and bias, and the buffers running_mean and
-    running_var, all of shape ``(n,)``."""
+    """A module with reset_parameters(), parameters weight and bias, buffers running_mean and running_var, all (n,)."""
     expect(isinstance(layer, nn.Module), _("Norm1d must subclass nn.Module"))
     expect(callable(getattr(layer, "reset_parameters", None)),
            _("define a method reset_parameters(): to_empty() gives memory without values, and {reset}").format(
@@ -428,8 +398,7 @@ def _expect_registered(layer: object, n: int) -> None:
 
 
 def _expect_kept_by_reset(n: int, built: str, watched: tuple[dict | None, dict | None], ok: Callable) -> None:
-    """What ``Norm1d(n, <built>)`` holds: tensors that satisfy ``ok`` (on meta, in float64), and the objects
-    ``__init__`` made. Blame ``reset_parameters()`` only for what it was seen to change."""
+    """``reset_parameters()`` fills the tensors ``__init__`` made, where ``ok`` (on meta, in float64) says they are."""
     before, after = watched
     expect(before is not None,
            _("__init__ must end by calling self.reset_parameters(), as the given __init__ does: to_empty() gives "
@@ -470,9 +439,7 @@ def _expect_reset_after_to_empty(layer: nn.Module) -> None:
 
 
 def _norm_gradients(mine: nn.Module, reference: nn.Module, ours: tuple, theirs: tuple, mode: str, why: str) -> None:
-    """The gradients of ``weight``, ``bias`` and the input, against ``nn.BatchNorm1d``'s, in ``mode``.
-
-    ``ours`` and ``theirs`` are ``(input leaf, output)``; a missing history is named before ``backward()``."""
+    """In ``mode``, ``nn.BatchNorm1d``'s gradients reach weight, bias and the input (``ours``: leaf and output)."""
     (leaf, y), (leaf_ref, y_ref) = ours, theirs
     expect(y.grad_fn is not None,
            _("in {mode} your layer's output has no gradient history (its grad_fn is None), although its input "
@@ -502,8 +469,7 @@ def _norm_gradients(mine: nn.Module, reference: nn.Module, ours: tuple, theirs: 
 
 
 def _expect_training_like_batch_norm(mine: nn.Module, reference: nn.Module) -> None:
-    """Three training batches: nn.BatchNorm1d's output and running statistics (updated outside autograd), and on
-    the first its gradients."""
+    """Three training batches: nn.BatchNorm1d's output, running statistics and (on the first) gradients."""
     weight, bias, eps, momentum = reference.weight.detach(), reference.bias.detach(), reference.eps, reference.momentum
     for step in range(3):
         xb = randn(8, reference.num_features, seed=20 + step) * 3 + 1
@@ -549,8 +515,7 @@ def _expect_training_like_batch_norm(mine: nn.Module, reference: nn.Module) -> N
 
 
 def _expect_eval_like_batch_norm(mine: nn.Module, reference: nn.Module) -> None:
-    """In eval() mode: the running statistics, left as they are, normalize the batch (eps inside the square root),
-    and gradients flow as in training."""
+    """In eval() mode the running statistics, left as they are, normalize the batch, and gradients flow."""
     mine.eval()
     reference.eval()
     weight, bias, eps = reference.weight.detach(), reference.bias.detach(), reference.eps
@@ -566,12 +531,11 @@ def _expect_eval_like_batch_norm(mine: nn.Module, reference: nn.Module) -> None:
     expect(shape_of(ye) == str(tuple(xe.shape)),
            _("a (5, 4) batch must give a (5, 4) output; got {shape}").format(shape=shape_of(ye)))
     if not torch.allclose(ye, ye_ref, atol=1e-5):
-        stats = frozen["running_mean"], frozen["running_var"]
         expect(False, _first_seen(ye.detach(), [
             ((xe - xe.mean(dim=0)) / torch.sqrt(xe.var(dim=0, correction=0) + eps) * weight + bias,
              _("in eval() mode your layer normalized with the batch's own statistics: in eval() mode (self.training "
                "is False) use running_mean and running_var")),
-            ((xe - stats[0]) / torch.sqrt(stats[1]) * weight + bias,
+            ((xe - frozen["running_mean"]) / torch.sqrt(frozen["running_var"]) * weight + bias,
              _("in eval() mode eps is missing: it goes inside the square root as in training, "
                "(x - running_mean) / torch.sqrt(running_var + eps)")),
         ]) or _("in eval() mode (self.training is False) the output is (x - running_mean) / sqrt(running_var + eps) "
@@ -582,8 +546,7 @@ def _expect_eval_like_batch_norm(mine: nn.Module, reference: nn.Module) -> None:
 
 
 def _expect_the_defaults(cls: type[nn.Module]) -> None:
-    """``Norm1d(3)``, built without momentum or eps, computes what ``nn.BatchNorm1d(3)`` does, in training and in
-    eval() mode. A small variance makes eps count, an offset the momentum."""
+    """``Norm1d(3)`` is ``nn.BatchNorm1d(3)`` in both modes (a small variance makes eps count, an offset momentum)."""
     m = 3
     narrow = _built(cls, _("building Norm1d({n})").format(n=m), m)[0]
     default = nn.BatchNorm1d(m)
