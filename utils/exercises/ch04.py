@@ -24,7 +24,6 @@ _ANY_DEVICE = N_(
     "x is on the GPU, so a tensor made without device= was not where x is"
 )
 
-_AS_ON_A_GPU = N_("calling your layer as on a GPU machine, where tensors made without device= are elsewhere")
 _INDEXING = (torch.Tensor.__getitem__, torch.Tensor.__setitem__, torch.Tensor.index_put_, torch.Tensor.index_put)
 _MOVES = (torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.type_as, torch.Tensor.copy_)
 
@@ -93,11 +92,6 @@ def _made_elsewhere(left_behind: Iterable[torch.Tensor] = ()) -> Iterator[None]:
         yield
 
 
-_WN_SHAPES = N_(
-    "the error is in your forward. If it is about sizes: direction is (out, in); its row norms, "
-    "direction.norm(dim=1, keepdim=True), are (out, 1), one per row (without keepdim they are (out,) and "
-    "divide the columns); scale[:, None] is (out, 1) too; and y = x @ W.T needs W.T, of shape (in, out)"
-)
 _NORM_SHAPES = N_(
     "the error is in your forward. If it is about sizes: the batch statistics x.mean(dim=0) and "
     "x.var(dim=0, correction=0) have shape (num_features,), like running_mean, running_var, weight and bias "
@@ -109,7 +103,8 @@ _STAY = N_("stay in torch (torch.fft), not NumPy, so that autograd can follow an
 
 def _expect_where_the_input_is(layer: nn.Module, x: torch.Tensor, expected: torch.Tensor) -> None:
     """Run as on a GPU machine, the layer's output is on the input's device, with the expected values."""
-    with learner_code(_(_AS_ON_A_GPU), _(_ANY_DEVICE)), _made_elsewhere():
+    with learner_code(_("calling your layer as on a GPU machine, where tensors made without device= are elsewhere"),
+                      _(_ANY_DEVICE)), _made_elsewhere():
         y = layer(x)
     expect(isinstance(y, torch.Tensor) and y.device == x.device and y.shape == expected.shape
            and torch.allclose(y, expected, atol=1e-5),
@@ -129,7 +124,10 @@ def _built_weight_norm(cls: type[nn.Module], n_in: int, n_out: int, x: torch.Ten
         layer = cls(n_in, n_out)
     expect(isinstance(layer, nn.Module), _("WeightNormLinear must subclass nn.Module"))
     with learner_code(_("calling WeightNormLinear({n_in}, {n_out}) on a {shape} input").format(
-            n_in=n_in, n_out=n_out, shape=tuple(x.shape)), _(_WN_SHAPES)):
+            n_in=n_in, n_out=n_out, shape=tuple(x.shape)),
+            _("the error is in your forward. If it is about sizes: direction is (out, in); its row norms, "
+              "direction.norm(dim=1, keepdim=True), are (out, 1), one per row (without keepdim they are (out,) and "
+              "divide the columns); scale[:, None] is (out, 1) too; and y = x @ W.T needs W.T, of shape (in, out)")):
         first = layer(x)  # an unfinished answer stops here, with NotImplementedError
     shapes = {name: tuple(p.shape) for name, p in layer.named_parameters()}
     wanted = {"direction": (n_out, n_in), "scale": (n_out,), "bias": (n_out,)}
@@ -203,12 +201,11 @@ def _weight_norm_gradients(layer: nn.Module, x: torch.Tensor, direction, scale, 
     with learner_code(_("calling your layer on a {shape} input").format(shape=tuple(x.shape)),
                       _("the error is in your forward")):
         y = layer(x)
-    expect(
-        isinstance(y, torch.Tensor) and y.grad_fn is not None,
-        _("your layer's output has no gradient history (its grad_fn is None): nothing in it reaches autograd, "
-          "so no parameter would ever be trained. Something in forward cut the computation out of autograd: "
-          "torch.no_grad() around it, or .data, .detach() or a torch.tensor(...) copy of every parameter, does that"),
-    )
+    expect(isinstance(y, torch.Tensor) and y.grad_fn is not None,
+           _("your layer's output has no gradient history (its grad_fn is None): nothing in it reaches autograd, "
+             "so no parameter would ever be trained. Something in forward cut the computation out of autograd: "
+             "torch.no_grad() around it, or .data, .detach() or a torch.tensor(...) copy of every parameter, does "
+             "that"))
     x_leaf = x.clone().requires_grad_(True)
     with learner_code(_("back-propagating through your layer"), _("the error is in your forward")):
         (layer(x_leaf) ** 2).sum().backward()
@@ -547,22 +544,19 @@ def _expect_eval_like_batch_norm(mine: nn.Module, reference: nn.Module) -> None:
 
 def _expect_the_defaults(cls: type[nn.Module]) -> None:
     """``Norm1d(3)`` is ``nn.BatchNorm1d(3)`` in both modes (a small variance makes eps count, an offset momentum)."""
-    m = 3
-    narrow = _built(cls, _("building Norm1d({n})").format(n=m), m)[0]
-    default = nn.BatchNorm1d(m)
-    defaults_hint = _("Norm1d({n}), built without momentum or eps, must compute what nn.BatchNorm1d({n}) does: "
-                      "keep the defaults the task gives, momentum=0.1 and eps=1e-5").format(n=m)
-    for mode in ("training", "eval"):
-        narrow.train(mode == "training")
-        default.train(mode == "training")
-        xd = randn(8, m, seed=42) * 0.1 + 1.0
-        calling = (_("calling Norm1d({n}) in training mode on an (8, {n}) batch") if mode == "training"
-                   else _("calling Norm1d({n}) in eval mode on an (8, {n}) batch")).format(n=m)
-        with learner_code(calling, _(_NORM_SHAPES)):
+    narrow, default = _built(cls, _("building Norm1d({n})").format(n=3), 3)[0], nn.BatchNorm1d(3)
+    xd = randn(8, 3, seed=42) * 0.1 + 1.0
+    for training, calling in ((True, _("calling Norm1d({n}) in training mode on an (8, {n}) batch")),
+                              (False, _("calling Norm1d({n}) in eval mode on an (8, {n}) batch"))):
+        narrow.train(training)
+        default.train(training)
+        with learner_code(calling.format(n=3), _(_NORM_SHAPES)):
             yd = narrow(xd)
-        expect(shape_of(yd) == str((8, m)) and torch.allclose(yd, default(xd), atol=1e-5)
+        expect(shape_of(yd) == "(8, 3)" and torch.allclose(yd, default(xd), atol=1e-5)
                and torch.allclose(narrow.running_mean, default.running_mean, atol=1e-6)
-               and torch.allclose(narrow.running_var, default.running_var, atol=1e-6), defaults_hint)
+               and torch.allclose(narrow.running_var, default.running_var, atol=1e-6),
+               _("Norm1d({n}), built without momentum or eps, must compute what nn.BatchNorm1d({n}) does: "
+                 "keep the defaults the task gives, momentum=0.1 and eps=1e-5").format(n=3))
 
 
 def _expect_float64_like_batch_norm(double: nn.Module, n: int) -> None:
@@ -613,8 +607,6 @@ def check_norm1d(cls: type[nn.Module]) -> None:
     _expect_the_defaults(cls)
 
     # Wherever it runs: on the input's device whatever the default device, and in float64.
-    mine.train()
-    reference.train()
     xh = randn(8, n, seed=45)
-    _expect_where_the_input_is(mine, xh, reference(xh))
+    _expect_where_the_input_is(mine.train(), xh, reference.train()(xh))
     _expect_float64_like_batch_norm(double, n)
