@@ -155,6 +155,7 @@ def _called(calls: set[str], names: frozenset[str] | set[str]) -> str | None:
 
 
 def _expect_untouched(name: str, now: torch.Tensor, before: torch.Tensor) -> None:
+    """The caller's tensor ``name`` is as it was ``before``: the same values, and requires_grad not switched on."""
     expect(now.shape == before.shape and torch.equal(now, before),
            _("do not modify {name} in place (it is the caller's tensor): use out-of-place forms "
              "({name}.unsqueeze(1), not {name}.unsqueeze_(1); {name} + k, not {name} += k)").format(name=name))
