@@ -154,8 +154,8 @@ def _key_hint(given: OrderedDict, out: dict, want: list[str], prefix: str, named
         prefix=repr(prefix), keys=want, actual=got))
 
 
-def _judge_keys(fn: Callable[..., object], given: OrderedDict, prefix: str | None, what: str) -> None:
-    """Call ``fn`` on ``given`` and check the result against the correct stripping."""
+def _expect_stripped(fn: Callable[..., object], given: OrderedDict, prefix: str | None, what: str) -> None:
+    """``fn`` returns a new dict, ``given`` untouched, with the prefix removed once from the keys that start with it."""
     p = "module." if prefix is None else prefix
     keys, values = list(given), list(given.values())
     meta = getattr(given, "_metadata", None)
@@ -202,7 +202,7 @@ def check_strip_prefix(fn: Callable[..., dict]) -> None:
     # What nn.DataParallel / DistributedDataParallel(model).state_dict() holds: every key under "module.",
     # and _metadata, which must not change either.
     wrapped = _DataParallelLike().state_dict()
-    _judge_keys(fn, wrapped, None, _("calling strip_prefix(state_dict) on a DataParallel state dict"))
+    _expect_stripped(fn, wrapped, None, _("calling strip_prefix(state_dict) on a DataParallel state dict"))
 
     t = [torch.full((1,), float(i)) for i in range(5)]
     mixed = OrderedDict([
@@ -212,23 +212,23 @@ def check_strip_prefix(fn: Callable[..., dict]) -> None:
         ("module.module.w", t[3]),  # a child that is itself called `module`: strip once
         ("head", t[4]),
     ])
-    _judge_keys(fn, mixed, "module.", _("calling strip_prefix(state_dict, prefix='module.') on mixed keys"))
+    _expect_stripped(fn, mixed, "module.", _("calling strip_prefix(state_dict, prefix='module.') on mixed keys"))
 
     # The first key without the prefix, later ones with it: the verdict must not hang on the keys' order.
     head_first = OrderedDict([("head", t[4]), ("module.a", t[0]), ("module.encoder.weight", t[1])])
-    _judge_keys(fn, head_first, "module.", _("calling strip_prefix(state_dict, prefix='module.') on keys whose "
+    _expect_stripped(fn, head_first, "module.", _("calling strip_prefix(state_dict, prefix='module.') on keys whose "
                                              "first one has no prefix"))
 
     compiled = OrderedDict([("_orig_mod.encoder.weight", t[0]), ("_orig_mod.steps", t[1]), ("module.x", t[2])])
-    _judge_keys(fn, compiled, "_orig_mod.", _("calling strip_prefix(state_dict, prefix='_orig_mod.')"))
+    _expect_stripped(fn, compiled, "_orig_mod.", _("calling strip_prefix(state_dict, prefix='_orig_mod.')"))
 
     # A prefix of two parts, and a key that shares only its first part.
     nested = OrderedDict([("backbone.body.conv.weight", t[0]), ("backbone.head.bias", t[1])])
-    _judge_keys(fn, nested, "backbone.body.", _("calling strip_prefix(state_dict, prefix='backbone.body.')"))
+    _expect_stripped(fn, nested, "backbone.body.", _("calling strip_prefix(state_dict, prefix='backbone.body.')"))
 
     # Nothing to strip: the result is still a new dict, with the same keys and tensors.
     plain = OrderedDict([("encoder.weight", t[0]), ("head", t[4])])
-    _judge_keys(fn, plain, None, _("calling strip_prefix(state_dict) on a state dict without the prefix"))
+    _expect_stripped(fn, plain, None, _("calling strip_prefix(state_dict) on a state dict without the prefix"))
 
 
 # ---------------------------------------------------------------- Exercise 2
