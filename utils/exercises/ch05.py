@@ -154,8 +154,8 @@ def _key_hint(given: OrderedDict, out: dict, want: list[str], prefix: str, named
         prefix=repr(prefix), keys=want, actual=got))
 
 
-def _judge_keys(fn: Callable[..., object], given: OrderedDict, prefix: str | None, what: str) -> None:
-    """Call ``fn`` on ``given`` and check the result against the correct stripping."""
+def _expect_stripped(fn: Callable[..., object], given: OrderedDict, prefix: str | None, what: str) -> None:
+    """``fn`` returns a new dict, ``given`` untouched, with the prefix removed once from the keys that start with it."""
     p = "module." if prefix is None else prefix
     keys, values = list(given), list(given.values())
     meta = getattr(given, "_metadata", None)
@@ -165,45 +165,33 @@ def _judge_keys(fn: Callable[..., object], given: OrderedDict, prefix: str | Non
         out = fn(given) if prefix is None else fn(given, prefix=prefix)
     expect(isinstance(out, dict), _("return a dict (an OrderedDict is fine); got {type}").format(
         type=type(out).__name__))
-    expect(
-        list(given) == keys and all(a is b for a, b in zip(given.values(), values, strict=True)),
-        _("do not modify the state dict you were given: build a new one (a caller may still need the original)"),
-    )
-    expect(
-        getattr(given, "_metadata", None) is meta and (meta is None or list(meta.items()) == meta_before),
-        _("do not modify the state dict you were given, nor its _metadata (the submodules' versions, which "
-          "load_state_dict reads): copy.copy(state_dict) shares _metadata with the original, and "
-          "consume_prefix_in_state_dict_if_present renames its entries in place. Build a new dict, e.g. "
-          "OrderedDict(state_dict) or a dict comprehension"),
-    )
-    expect(
-        out is not given,
-        _("return a new dict, also when no key starts with the prefix: the dict you were given, handed back, is "
-          "shared with the caller, so a change to either shows in the other"),
-    )
+    expect(list(given) == keys and all(a is b for a, b in zip(given.values(), values, strict=True)),
+           _("do not modify the state dict you were given: build a new one (a caller may still need the original)"))
+    expect(getattr(given, "_metadata", None) is meta and (meta is None or list(meta.items()) == meta_before),
+           _("do not modify the state dict you were given, nor its _metadata (the submodules' versions, which "
+             "load_state_dict reads): copy.copy(state_dict) shares _metadata with the original, and "
+             "consume_prefix_in_state_dict_if_present renames its entries in place. Build a new dict, e.g. "
+             "OrderedDict(state_dict) or a dict comprehension"))
+    expect(out is not given,
+           _("return a new dict, also when no key starts with the prefix: the dict you were given, handed back, is "
+             "shared with the caller, so a change to either shows in the other"))
     want = [k[len(p):] if k.startswith(p) else k for k in keys]
     if set(out) != set(want):  # the order of the keys does not matter to load_state_dict
         prefixed = [k for k in keys if k.startswith(p)]
-        expect(
-            not (set(out) == set(keys) and prefixed and not keys[0].startswith(p)),
-            _("with prefix={prefix}, no key lost the prefix, although {count} of them start with it "
-              "({key}, ...); the first key, {first}, does not. Whether a key loses the prefix "
-              "depends on that key alone: test key.startswith(prefix) for every key, not for the first one").format(
-                  prefix=repr(p), count=len(prefixed), key=repr(prefixed[0]), first=repr(keys[0])),
-        )
+        expect(not (set(out) == set(keys) and prefixed and not keys[0].startswith(p)),
+               _("with prefix={prefix}, no key lost the prefix, although {count} of them start with it "
+                 "({key}, ...); the first key, {first}, does not. Whether a key loses the prefix "
+                 "depends on that key alone: test key.startswith(prefix) for every key, not for the first one").format(
+                     prefix=repr(p), count=len(prefixed), key=repr(prefixed[0]), first=repr(keys[0])))
         default = _default_prefix(fn) if prefix is None else None
-        expect(
-            not isinstance(default, str) or default == p,
-            _("strip_prefix(state_dict), called without a prefix, must strip {prefix}; your default is prefix="
-              "{default}. Give the parameter the default the task names, prefix={prefix}").format(
-                  prefix=repr(p), default=repr(default)),
-        )
+        expect(not isinstance(default, str) or default == p,
+               _("strip_prefix(state_dict), called without a prefix, must strip {prefix}; your default is prefix="
+                 "{default}. Give the parameter the default the task names, prefix={prefix}").format(
+                     prefix=repr(p), default=repr(default)))
         expect(False, _key_hint(given, out, want, p, named=prefix is not None))
-    expect(
-        all(out[w] is v for w, v in zip(want, values, strict=True)),
-        _("keep the same tensors as values, not copies: only the names change, and a copy doubles the memory "
-          "a large state dict takes"),
-    )
+    expect(all(out[w] is v for w, v in zip(want, values, strict=True)),
+           _("keep the same tensors as values, not copies: only the names change, and a copy doubles the memory "
+             "a large state dict takes"))
 
 
 @exercise("Exercise 1 · Strip the DataParallel prefix")
@@ -214,7 +202,7 @@ def check_strip_prefix(fn: Callable[..., dict]) -> None:
     # What nn.DataParallel / DistributedDataParallel(model).state_dict() holds: every key under "module.",
     # and _metadata, which must not change either.
     wrapped = _DataParallelLike().state_dict()
-    _judge_keys(fn, wrapped, None, _("calling strip_prefix(state_dict) on a DataParallel state dict"))
+    _expect_stripped(fn, wrapped, None, _("calling strip_prefix(state_dict) on a DataParallel state dict"))
 
     t = [torch.full((1,), float(i)) for i in range(5)]
     mixed = OrderedDict([
@@ -224,23 +212,23 @@ def check_strip_prefix(fn: Callable[..., dict]) -> None:
         ("module.module.w", t[3]),  # a child that is itself called `module`: strip once
         ("head", t[4]),
     ])
-    _judge_keys(fn, mixed, "module.", _("calling strip_prefix(state_dict, prefix='module.') on mixed keys"))
+    _expect_stripped(fn, mixed, "module.", _("calling strip_prefix(state_dict, prefix='module.') on mixed keys"))
 
     # The first key without the prefix, later ones with it: the verdict must not hang on the keys' order.
     head_first = OrderedDict([("head", t[4]), ("module.a", t[0]), ("module.encoder.weight", t[1])])
-    _judge_keys(fn, head_first, "module.", _("calling strip_prefix(state_dict, prefix='module.') on keys whose "
+    _expect_stripped(fn, head_first, "module.", _("calling strip_prefix(state_dict, prefix='module.') on keys whose "
                                              "first one has no prefix"))
 
     compiled = OrderedDict([("_orig_mod.encoder.weight", t[0]), ("_orig_mod.steps", t[1]), ("module.x", t[2])])
-    _judge_keys(fn, compiled, "_orig_mod.", _("calling strip_prefix(state_dict, prefix='_orig_mod.')"))
+    _expect_stripped(fn, compiled, "_orig_mod.", _("calling strip_prefix(state_dict, prefix='_orig_mod.')"))
 
     # A prefix of two parts, and a key that shares only its first part.
     nested = OrderedDict([("backbone.body.conv.weight", t[0]), ("backbone.head.bias", t[1])])
-    _judge_keys(fn, nested, "backbone.body.", _("calling strip_prefix(state_dict, prefix='backbone.body.')"))
+    _expect_stripped(fn, nested, "backbone.body.", _("calling strip_prefix(state_dict, prefix='backbone.body.')"))
 
     # Nothing to strip: the result is still a new dict, with the same keys and tensors.
     plain = OrderedDict([("encoder.weight", t[0]), ("head", t[4])])
-    _judge_keys(fn, plain, None, _("calling strip_prefix(state_dict) on a state dict without the prefix"))
+    _expect_stripped(fn, plain, None, _("calling strip_prefix(state_dict) on a state dict without the prefix"))
 
 
 # ---------------------------------------------------------------- Exercise 2
@@ -363,37 +351,27 @@ def _expect_restored(step: object, want_step: int, model: nn.Module, optimizer: 
     """``saved``: the state written to ``path``; ``fresh``: the model's and optimizer's before load; ``later``: the
     step and state of a save made after this file's, which a value kept outside the file (in a variable of the
     learner's program) would give instead."""
-    expect(
-        not isinstance(step, torch.Tensor) or step.numel() != 1 or step.item() != want_step,
-        _("load must return the step that save was given, the int {step}, not a tensor holding it "
-          "(got {value}): store the int itself in the checkpoint (torch.load with weights_only=True reads ints), "
-          "or return .item()").format(step=want_step, value=repr(step)),
-    )
-    expect(
-        type(step) is int or not isinstance(step, numbers.Real) or step != want_step,
-        _("load must return the step as the int that save was given, {step}, not the "
-          "{type} {value}: store step itself in the checkpoint (not float(step)), or return int(...)").format(
-              step=want_step, type=type(step).__name__, value=repr(step)),
-    )
+    expect(not isinstance(step, torch.Tensor) or step.numel() != 1 or step.item() != want_step,
+           _("load must return the step that save was given, the int {step}, not a tensor holding it "
+             "(got {value}): store the int itself in the checkpoint (torch.load with weights_only=True reads ints), "
+             "or return .item()").format(step=want_step, value=repr(step)))
+    expect(type(step) is int or not isinstance(step, numbers.Real) or step != want_step,
+           _("load must return the step as the int that save was given, {step}, not the "
+             "{type} {value}: store step itself in the checkpoint (not float(step)), or return int(...)").format(
+                 step=want_step, type=type(step).__name__, value=repr(step)))
     if later is not None:
-        expect(
-            not (type(step) is int and step == later[0]),
-            _("load returned {value}, the step of a later save, for the file saved as step {step}: store the "
-              "step in the checkpoint file itself, not in a variable of your program (a new process starts "
-              "without it), so that each file gives back its own").format(value=step, step=want_step),
-        )
+        expect(not (type(step) is int and step == later[0]),
+               _("load returned {value}, the step of a later save, for the file saved as step {step}: store the "
+                 "step in the checkpoint file itself, not in a variable of your program (a new process starts "
+                 "without it), so that each file gives back its own").format(value=step, step=want_step))
     adam_counts = {int(s["step"]) for s in saved["optimizer state"].values() if isinstance(s, dict) and "step" in s}
-    expect(
-        not (type(step) is int and step != want_step and step in adam_counts),
-        _("load must return the step that save was given ({step} for this one); got {value}, Adam's own count of "
-          "its updates, which the optimizer's state holds: store step itself in the checkpoint").format(
-              step=want_step, value=repr(step)),
-    )
-    expect(
-        type(step) is int and step == want_step,
-        _("load must return the step that save was given, stored in the checkpoint ({step} for this one); got "
-          "{value}").format(step=want_step, value=repr(step)),
-    )
+    expect(not (type(step) is int and step != want_step and step in adam_counts),
+           _("load must return the step that save was given ({step} for this one); got {value}, Adam's own count of "
+             "its updates, which the optimizer's state holds: store step itself in the checkpoint").format(
+                 step=want_step, value=repr(step)))
+    expect(type(step) is int and step == want_step,
+           _("load must return the step that save was given, stored in the checkpoint ({step} for this one); got "
+             "{value}").format(step=want_step, value=repr(step)))
     with learner_code(_("reading model.state_dict() and optimizer.state_dict() after load"),
                       _("restore the model and the optimizer with their own load_state_dict methods")):
         now = _snapshot(model, optimizer)
@@ -401,13 +379,11 @@ def _expect_restored(step: object, want_step: int, model: nn.Module, optimizer: 
         if _same(now[part], saved[part]):
             continue
         if later is not None:
-            expect(
-                not _same(now[part], later[1][part]),
-                _("after loading the file saved as step {step}, {what} came from a later save (step "
-                  "{later_step}), not from this file: store it in the checkpoint file itself, not in a variable of "
-                  "your program (a new process starts without it)").format(
-                      step=want_step, what=_(name), later_step=later[0]),
-            )
+            expect(not _same(now[part], later[1][part]),
+                   _("after loading the file saved as step {step}, {what} came from a later save (step "
+                     "{later_step}), not from this file: store it in the checkpoint file itself, not in a variable of "
+                     "your program (a new process starts without it)").format(
+                         step=want_step, what=_(name), later_step=later[0]))
         if part == "buffers":
             _expect_buffers_restored(now[part], saved[part], fresh[part], path)
         if part == "rng":
@@ -445,20 +421,16 @@ def _expect_buffers_restored(now: dict, saved: dict, fresh: dict, path: Path) ->
     """Name what was observed about batch norm's buffers after load, where it is more than "not restored"."""
     count = next(k for k in saved if k.endswith("num_batches_tracked"))
     extra = int(now[count]) - int(saved[count]) if isinstance(now.get(count), torch.Tensor) else 0
-    expect(
-        extra <= 0,
-        _("after load batch norm's num_batches_tracked is {now}, {extra} more than saved: the model ran forward in "
-          "training mode after its buffers were restored, which updates the running statistics (and draws "
-          "dropout masks). Run no forward pass in load, or only in eval mode").format(
-              now=int(now[count]), extra=extra),
-    )
+    expect(extra <= 0,
+           _("after load batch norm's num_batches_tracked is {now}, {extra} more than saved: the model ran forward in "
+             "training mode after its buffers were restored, which updates the running statistics (and draws "
+             "dropout masks). Run no forward pass in load, or only in eval mode").format(
+                 now=int(now[count]), extra=extra))
     statistics = [v for k, v in saved.items() if k != count]
-    expect(
-        not (_same(now, fresh) and _holds(path, *statistics)),
-        _("the file holds the model's buffers (batch norm's running mean and variance), but load leaves the "
-          "model's as they were: restore the whole model.state_dict() with model.load_state_dict(...), which "
-          "copies the buffers as well as the parameters"),
-    )
+    expect(not (_same(now, fresh) and _holds(path, *statistics)),
+           _("the file holds the model's buffers (batch norm's running mean and variance), but load leaves the "
+             "model's as they were: restore the whole model.state_dict() with model.load_state_dict(...), which "
+             "copies the buffers as well as the parameters"))
 
 
 def _seed_of(state: torch.Tensor) -> int:
@@ -470,23 +442,17 @@ def _seed_of(state: torch.Tensor) -> int:
 def _expect_rng_restored(now: torch.Tensor, saved: torch.Tensor, path: Path) -> None:
     """Name what was observed about torch's random state after load, where it is more than "not restored"."""
     seed = _seed_of(now)
-    expect(
-        not torch.equal(now, torch.Generator().manual_seed(seed).get_state()),
-        _("after load torch's generator is freshly seeded (seed {seed}), as torch.manual_seed leaves it: a seed "
-          "starts the random stream over from its beginning, while the run had drawn from it. Restore the state "
-          "itself: save torch.get_rng_state() and call torch.set_rng_state(...) in load").format(seed=seed),
-    )
-    expect(
-        seed != _seed_of(saved),
-        _("torch's random state was restored, then drawn from: after load the generator has the saved state's "
-          "seed but has moved on from it, so something in load draws random numbers after torch.set_rng_state "
-          "(a random tensor, a layer's initialization, dropout in a forward pass). Restore the random state last"),
-    )
-    expect(
-        not _holds(path, saved),
-        _("the file holds torch's random state, but load does not restore it, so the batch order and the dropout "
-          "masks after resuming differ: call torch.set_rng_state(...) with it in load"),
-    )
+    expect(not torch.equal(now, torch.Generator().manual_seed(seed).get_state()),
+           _("after load torch's generator is freshly seeded (seed {seed}), as torch.manual_seed leaves it: a seed "
+             "starts the random stream over from its beginning, while the run had drawn from it. Restore the state "
+             "itself: save torch.get_rng_state() and call torch.set_rng_state(...) in load").format(seed=seed))
+    expect(seed != _seed_of(saved),
+           _("torch's random state was restored, then drawn from: after load the generator has the saved state's "
+             "seed but has moved on from it, so something in load draws random numbers after torch.set_rng_state "
+             "(a random tensor, a layer's initialization, dropout in a forward pass). Restore the random state last"))
+    expect(not _holds(path, saved),
+           _("the file holds torch's random state, but load does not restore it, so the batch order and the dropout "
+             "masks after resuming differ: call torch.set_rng_state(...) with it in load"))
 
 
 def _lr_observed(now: object, saved: object) -> tuple[str, str] | None:
@@ -529,6 +495,67 @@ def _expect_readable(path: Path) -> None:
                         "write it with torch.save (or save_checkpoint)").format(error=type(err).__name__))
 
 
+def _trained(x: torch.Tensor, y: torch.Tensor, steps: int) -> tuple[nn.Module, torch.optim.Optimizer]:
+    """The model built from seed 0, trained ``steps`` steps at the training's learning rate, and its optimizer."""
+    torch.manual_seed(0)
+    model = _model()
+    optimizer = torch.optim.Adam(model.parameters(), lr=_LR)
+    _train(model, optimizer, x, y, steps)
+    return model, optimizer
+
+
+def _expect_saved(save: Callable[..., object], path: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
+                  step: int, what: str) -> dict[str, object]:
+    """``save`` writes at ``path`` a file that loads with ``weights_only=True``; the state it was given."""
+    saved = _snapshot(model, optimizer)
+    with learner_code(what, _(_SAVE_HINT)):
+        save(path, model, optimizer, step)
+    _expect_readable(path)
+    return saved
+
+
+def _expect_loaded(load: Callable[..., int], path: Path, saved: tuple[int, dict[str, object]], seed: int, what: str,
+                   hint: str, later: tuple[int, dict[str, object]] | None = None,
+                   beside: list[str] | None = None) -> tuple[nn.Module, torch.optim.Optimizer]:
+    """Into a fresh model and optimizer (another seed, another learning rate), ``load`` restores the step and the
+    state ``saved`` at ``path`` in the Parameters the optimizer holds; the model and the optimizer."""
+    torch.manual_seed(seed)
+    model = _model()
+    optimizer = torch.optim.Adam(model.parameters(), lr=_OTHER_LR)
+    params, before = list(model.parameters()), _snapshot(model, optimizer)
+    with learner_code(what, hint):
+        try:
+            step = load(path, model, optimizer)
+        except FileNotFoundError:
+            expect(not beside,
+                   _("load raised FileNotFoundError on a copy of the checkpoint file: save also wrote {names} "
+                     "next to path, and a copy of the file at path does not bring those along. Write everything "
+                     "(model, optimizer, step, random state) into the one file at path, as one dict").format(
+                         names=beside))
+            raise
+    _expect_restored(step, saved[0], model, optimizer, saved[1], before, path, later)
+    expect(all(a is b for a, b in zip(model.parameters(), params, strict=True)),
+           _("load replaced the model's Parameters with new tensors (load_state_dict(..., assign=True) does "
+             "that), so the optimizer you were given still holds the old ones and would train those instead: load "
+             "without assign=True, which copies the saved values into the Parameters the optimizer holds"))
+    return model, optimizer
+
+
+def _expect_loaded_from_an_absent_gpu(load: Callable[..., int], path: Path, written: Path,
+                                      saved: dict[str, object]) -> None:
+    """The file ``written`` (step 500), tagged with a GPU this machine lacks, loads and restores its own state."""
+    gpu, from_gpu = _absent_gpu(), written.with_name("from_gpu.pt")
+    _retagged(written, from_gpu, gpu)
+    beside = sorted(p.name for p in written.parent.iterdir() if p.name not in {path.name, written.name, from_gpu.name})
+    _expect_loaded(
+        load, from_gpu, (500, saved), 4321,
+        _("calling load_training_state on a checkpoint written on {device}, a GPU this machine does not "
+          "have").format(device=gpu),
+        _("torch.load puts every tensor back on the device it was saved from unless told otherwise: "
+          "load with map_location='cpu' (load_state_dict then copies the weights to the model's device, and "
+          "the optimizer moves its state to its parameters' device)"), beside=beside)
+
+
 @exercise("Exercise 2 · A checkpoint that resumes exactly")
 @keeps_global_rng
 def check_resume(save: Callable[..., object], load: Callable[..., int]) -> None:
@@ -545,83 +572,27 @@ def check_resume(save: Callable[..., object], load: Callable[..., int]) -> None:
     gen = torch.Generator().manual_seed(5)
     x, y = torch.randn(32, 4, generator=gen), torch.randn(32, 1, generator=gen)
     with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "resume.pt"
-        torch.manual_seed(0)
-        straight = _model()
-        opt = torch.optim.Adam(straight.parameters(), lr=_LR)
-        _train(straight, opt, x, y, 6)
-
-        torch.manual_seed(0)
-        first = _model()
-        opt = torch.optim.Adam(first.parameters(), lr=_LR)
-        _train(first, opt, x, y, 3)
-        at_3 = _snapshot(first, opt)
-        with learner_code(_("calling save_training_state(path, model, optimizer, 3)"), _(_SAVE_HINT)):
-            save(path, first, opt, 3)
-        _expect_readable(path)
-
-        torch.manual_seed(1234)  # a new process: other initial weights, another random stream
-        resumed = _model()
-        opt2 = torch.optim.Adam(resumed.parameters(), lr=_OTHER_LR)
-        params, before = list(resumed.parameters()), _snapshot(resumed, opt2)
-        with learner_code(_("calling load_training_state(path, model, optimizer) on that file"), _(_LOAD_HINT)):
-            step = load(path, resumed, opt2)
-        _expect_restored(step, 3, resumed, opt2, at_3, before, path)
-        expect(
-            all(a is b for a, b in zip(resumed.parameters(), params, strict=True)),
-            _("load replaced the model's Parameters with new tensors (load_state_dict(..., assign=True) does "
-              "that), so the optimizer you were given still holds the old ones and would train those instead: load "
-              "without assign=True, which copies the saved values into the Parameters the optimizer holds"),
-        )
+        path, written = Path(folder) / "resume.pt", Path(folder) / "written.pt"
+        straight = _trained(x, y, 6)[0]
+        first, opt = _trained(x, y, 3)
+        at_3 = _expect_saved(save, path, first, opt, 3, _("calling save_training_state(path, model, optimizer, 3)"))
+        resumed, opt2 = _expect_loaded(load, path, (3, at_3), 1234,
+                                       _("calling load_training_state(path, model, optimizer) on that file"),
+                                       _(_LOAD_HINT))
         _train(resumed, opt2, x, y, 3)
-        expect(
-            all(torch.equal(a, b) for a, b in zip(resumed.parameters(), straight.parameters(), strict=True)),
-            _("after 3 + 3 steps the weights differ from 6 uninterrupted steps"),
-        )
+        expect(all(torch.equal(a, b) for a, b in zip(resumed.parameters(), straight.parameters(), strict=True)),
+               _("after 3 + 3 steps the weights differ from 6 uninterrupted steps"))
 
         # Two more steps at a lower learning rate (as a scheduler sets it), then a checkpoint as a GPU server
         # writes it: other values, other settings, tags of an absent GPU.
         for group in opt.param_groups:
             group["lr"] = _LATER_LR
         _train(first, opt, x, y, 2)
-        at_5 = _snapshot(first, opt)
-        written = Path(folder) / "written.pt"
-        with learner_code(_("calling save_training_state(path, model, optimizer, 500)"), _(_SAVE_HINT)):
-            save(written, first, opt, 500)  # the caller's step, which need not be Adam's count (5)
-        _expect_readable(written)
-        gpu = _absent_gpu()
-        from_gpu = Path(folder) / "from_gpu.pt"
-        _retagged(written, from_gpu, gpu)
-        beside = sorted(p.name for p in Path(folder).iterdir() if p.name not in {path.name, written.name,
-                                                                                  from_gpu.name})
-        torch.manual_seed(4321)
-        fresh = _model()
-        opt3 = torch.optim.Adam(fresh.parameters(), lr=_OTHER_LR)
-        before = _snapshot(fresh, opt3)
-        with learner_code(
-            _("calling load_training_state on a checkpoint written on {device}, a GPU this machine does not "
-              "have").format(device=gpu),
-            _("torch.load puts every tensor back on the device it was saved from unless told otherwise: "
-              "load with map_location='cpu' (load_state_dict then copies the weights to the model's device, and "
-              "the optimizer moves its state to its parameters' device)"),
-        ):
-            try:
-                step = load(from_gpu, fresh, opt3)
-            except FileNotFoundError:
-                expect(not beside,
-                       _("load raised FileNotFoundError on a copy of the checkpoint file: save also wrote {names} "
-                         "next to path, and a copy of the file at path does not bring those along. Write everything "
-                         "(model, optimizer, step, random state) into the one file at path, as one dict").format(
-                             names=beside))
-                raise
-        _expect_restored(step, 500, fresh, opt3, at_5, before, from_gpu)
+        at_5 = _expect_saved(save, written, first, opt, 500,  # the caller's step, which need not be Adam's count (5)
+                             _("calling save_training_state(path, model, optimizer, 500)"))
+        _expect_loaded_from_an_absent_gpu(load, path, written, at_5)
 
         # The first file again, after the second was written: each file gives back its own values.
-        torch.manual_seed(99)
-        again = _model()
-        opt4 = torch.optim.Adam(again.parameters(), lr=_OTHER_LR)
-        before = _snapshot(again, opt4)
-        with learner_code(_("calling load_training_state on the file saved as step 3, again after the one saved "
-                            "as step 500"), _(_LOAD_HINT)):
-            step = load(path, again, opt4)
-        _expect_restored(step, 3, again, opt4, at_3, before, path, later=(500, at_5))
+        _expect_loaded(load, path, (3, at_3), 99, _("calling load_training_state on the file saved as step 3, again "
+                                                     "after the one saved as step 500"), _(_LOAD_HINT),
+                       later=(500, at_5))
