@@ -126,25 +126,24 @@ def _float64_hint(y: torch.Tensor, seen: TorchCalls) -> str:
     return _("why is not known from here: return the nets' outputs as they are, concatenated")
 
 
-@exercise("Exercise 1 · A parallel block")
-@keeps_global_rng
-def check_parallel(cls: type[nn.Module]) -> None:
-    """``cls(net1, net2)``: ``forward(x)`` runs both given nets on ``x`` and concatenates along dim 1."""
-    built = _("building your block as cls(net1, net2)")
-    called = _("calling your block on a batch x")
-    # Square layers first: a chain of the two nets runs without an error here, and must still fail.
-    net1, net2 = _linear(4, 4, 1), _linear(4, 4, 2)
-    x = randn(3, 4, seed=3)
-    given = [*net1.parameters(), *net2.parameters()]
+def _build_parallel(cls: type[nn.Module], net1: nn.Module, net2: nn.Module, given: list[nn.Parameter]) -> nn.Module:
+    """``cls(net1, net2)`` is an nn.Module, and building it leaves the given nets' values as they were."""
     values = [p.detach().clone() for p in given]
-    with learner_code(built, _("not known from here: the error is in your __init__(self, net1, net2)"),
+    with learner_code(_("building your block as cls(net1, net2)"),
+                      _("not known from here: the error is in your __init__(self, net1, net2)"),
                       causes=translated(_NO_SUPER)):
         block = cls(net1, net2)
     expect(isinstance(block, nn.Module), _("Parallel must subclass nn.Module"))
     expect(all(map(torch.equal, given, values)),
            _("building the block changed the given nets' values: keep them as they are given (they may be trained "
              "already); no reset_parameters() or re-initialization in __init__"))
-    with learner_code(called, _("not known from here: the error is in your forward(self, x)")), TorchCalls() as seen:
+    return block
+
+
+def _expect_concatenated(block: nn.Module, x: torch.Tensor, net1: nn.Module, net2: nn.Module) -> torch.Tensor:
+    """``block(x)`` is net1(x) then net2(x) along dim 1, in x's dtype, where the nets put it. Returns it."""
+    with learner_code(_("calling your block on a batch x"), _("not known from here: the error is in your "
+                                                             "forward(self, x)")), TorchCalls() as seen:
         y = block(x)
     expect(isinstance(y, torch.Tensor), _("forward must return one tensor, got {type}").format(type=type(y).__name__))
     expect(y.shape == (3, 8), _parallel_shape_hint(y, x, net1, net2))
@@ -158,9 +157,13 @@ def check_parallel(cls: type[nn.Module]) -> None:
     expect(torch.allclose(y[:, 4:], b),
            _("the last 4 columns must be net2(x): net2 sees the same input x as net1, not net1's output"))
     _expect_where_the_nets_put_it(y, seen)
+    return y
 
-    # Registration, checked on a fresh block before any forward: right after construction.
-    with learner_code(built):
+
+def _expect_nets_registered(cls: type[nn.Module], net1: nn.Module, net2: nn.Module,
+                            given: list[nn.Parameter]) -> None:
+    """Right after construction, before any forward, the given nets themselves are registered submodules."""
+    with learner_code(_("building your block as cls(net1, net2)")):
         fresh = cls(net1, net2)
     own = {id(p) for p in fresh.parameters()}
     if not all(id(p) in own for p in given):
@@ -180,7 +183,9 @@ def check_parallel(cls: type[nn.Module]) -> None:
           "tensors after them, and .to() moves their buffers"),
     )
 
-    # A batch of one sample stays a batch: (1, 8), not (8,).
+
+def _expect_batch_of_one(block: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
+    """A batch of one sample stays a batch: (1, 8), not (8,), the first row of the batch's output."""
     with learner_code(_("calling your block on a batch x of one sample, shape (1, 4)"),
                       _("not known from here. A batch of 3 samples worked; keep the batch dimension (no squeeze())")):
         y1 = block(x[:1])
@@ -190,9 +195,13 @@ def check_parallel(cls: type[nn.Module]) -> None:
           "{shape}: keep the batch dimension (no squeeze())").format(shape=shape_of(y1)),
     )
 
-    # Branches of widths 1 and 5 on 5 input features, the second a small network of its own, in float64: a chain
-    # cannot even run here, a squeeze breaks it, reading a Linear's sizes fails, and a tensor made in forward
-    # has the default dtype.
+
+def _expect_any_branches(cls: type[nn.Module]) -> None:
+    """Branches of widths 1 and 5 on 5 input features, the second a small network of its own, in float64, give
+    net1(x) then net2(x), in float64, where the nets put it.
+
+    A chain cannot even run here, a squeeze breaks it, reading a Linear's sizes fails, and a tensor made in forward
+    has the default dtype."""
     wide1 = _linear(5, 1, 4, torch.float64)
     wide2 = nn.Sequential(_linear(5, 3, 5, torch.float64), nn.Tanh(), _linear(3, 5, 6, torch.float64))
     x5 = randn(3, 5, seed=7, dtype=torch.float64)
@@ -226,9 +235,12 @@ def check_parallel(cls: type[nn.Module]) -> None:
                _("with branches of widths 1 and 5, the columns must be net1(x) then net2(x)"))
     _expect_where_the_nets_put_it(z, seen)
 
-    # Gradients flow into both given nets, and on into x through both: layers before the block learn too.
+
+def _expect_gradient_into_nets_and_x(block: nn.Module, x: torch.Tensor, net1: nn.Module, net2: nn.Module,
+                                     given: list[nn.Parameter]) -> None:
+    """Gradients flow into both given nets, and on into x through both: layers before the block learn too."""
     x_in = x.clone().requires_grad_()
-    with learner_code(called), TorchCalls() as seen:
+    with learner_code(_("calling your block on a batch x")), TorchCalls() as seen:
         y_in = block(x_in)
     _expect_gradient(y_in, given, seen, _("your block's output"),
                      _("gradients must reach both nets' weights and biases: {cause}"))
@@ -237,6 +249,22 @@ def check_parallel(cls: type[nn.Module]) -> None:
     expect(x_in.grad is not None and torch.allclose(x_in.grad, through_both),
            _("the gradient must flow back to x through both nets, so that layers before the block learn: {cause}")
            .format(cause=_cut(seen)))
+
+
+@exercise("Exercise 1 · A parallel block")
+@keeps_global_rng
+def check_parallel(cls: type[nn.Module]) -> None:
+    """``cls(net1, net2)``: ``forward(x)`` runs both given nets on ``x`` and concatenates along dim 1."""
+    # Square layers first: a chain of the two nets runs without an error here, and must still fail.
+    net1, net2 = _linear(4, 4, 1), _linear(4, 4, 2)
+    x = randn(3, 4, seed=3)
+    given = [*net1.parameters(), *net2.parameters()]
+    block = _build_parallel(cls, net1, net2, given)
+    y = _expect_concatenated(block, x, net1, net2)
+    _expect_nets_registered(cls, net1, net2, given)
+    _expect_batch_of_one(block, x, y)
+    _expect_any_branches(cls)
+    _expect_gradient_into_nets_and_x(block, x, net1, net2, given)
 
 
 # ---------------------------------------------------------------- Exercise 2
