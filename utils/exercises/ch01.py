@@ -10,6 +10,8 @@ the check saw it.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
 
@@ -176,12 +178,10 @@ def _expect_nets_registered(cls: type[nn.Module], net1: nn.Module, net2: nn.Modu
                                      kind=hidden[1] if hidden else "", attribute=hidden[0] if hidden else ""))
         expect(False, _("right after Parallel(net1, net2) is built, both nets' parameters must be registered: assign "
                         "each net to an attribute, or put both in an nn.ModuleList"))
-    expect(
-        all(any(module is net for module in fresh.modules()) for net in (net1, net2)),
-        _("register net1 and net2 themselves as submodules (self.net1 = net1, or nn.ModuleList([net1, net2])), "
-          "not only their parameters: .train() and .eval() reach only submodules, state_dict() names their "
-          "tensors after them, and .to() moves their buffers"),
-    )
+    expect(all(any(module is net for module in fresh.modules()) for net in (net1, net2)),
+           _("register net1 and net2 themselves as submodules (self.net1 = net1, or nn.ModuleList([net1, net2])), "
+             "not only their parameters: .train() and .eval() reach only submodules, state_dict() names their "
+             "tensors after them, and .to() moves their buffers"))
 
 
 def _expect_batch_of_one(block: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
@@ -189,19 +189,13 @@ def _expect_batch_of_one(block: nn.Module, x: torch.Tensor, y: torch.Tensor) -> 
     with learner_code(_("calling your block on a batch x of one sample, shape (1, 4)"),
                       _("not known from here. A batch of 3 samples worked; keep the batch dimension (no squeeze())")):
         y1 = block(x[:1])
-    expect(
-        isinstance(y1, torch.Tensor) and y1.shape == (1, 8) and torch.allclose(y1, y[:1]),
-        _("a batch of one sample, shape (1, 4), must give shape (1, 8) and the first row of the batch's output; got "
-          "{shape}: keep the batch dimension (no squeeze())").format(shape=shape_of(y1)),
-    )
+    expect(isinstance(y1, torch.Tensor) and y1.shape == (1, 8) and torch.allclose(y1, y[:1]),
+           _("a batch of one sample, shape (1, 4), must give shape (1, 8) and the first row of the batch's output; got "
+             "{shape}: keep the batch dimension (no squeeze())").format(shape=shape_of(y1)))
 
 
 def _expect_any_branches(cls: type[nn.Module]) -> None:
-    """Branches of widths 1 and 5 on 5 input features, the second a small network of its own, in float64, give
-    net1(x) then net2(x), in float64, where the nets put it.
-
-    A chain cannot even run here, a squeeze breaks it, reading a Linear's sizes fails, and a tensor made in forward
-    has the default dtype."""
+    """Branches of widths 1 and 5 (net2 an nn.Sequential), in float64, give net1(x) then net2(x), as they are."""
     wide1 = _linear(5, 1, 4, torch.float64)
     wide2 = nn.Sequential(_linear(5, 3, 5, torch.float64), nn.Tanh(), _linear(3, 5, 6, torch.float64))
     x5 = randn(3, 5, seed=7, dtype=torch.float64)
@@ -310,13 +304,15 @@ def _expect_registered(fresh: nn.Module, heads: dict[str, nn.Module]) -> None:
                         "nn.ModuleDict(heads)").format(task=repr(task)))
 
 
-def _check_routes(cls: type[nn.Module], heads: dict[str, nn.Module], x: torch.Tensor, trained: str) -> nn.Module:
-    """Build a router over ``heads``; check registration, every route, and the gradients through
-    ``heads[trained]`` into its parameters and into ``x``, in training and in evaluation mode."""
+def _routing(what: str) -> contextlib.AbstractContextManager[None]:
+    """:func:`learner_code` for a call of the router, ``what``, with the router's known causes."""
+    return learner_code(what, _("not known from here: the error is in your forward(self, x, task), which returns "
+                                "heads[task](x)"), causes=translated(_ANY_HEAD))
+
+
+def _build_router(cls: type[nn.Module], heads: dict[str, nn.Module], built: str) -> nn.Module:
+    """``cls(heads)`` is an nn.Module that takes the names from the dict it is given."""
     names = ", ".join(repr(task) for task in heads)
-    built = _("building your router as cls(heads) with heads named {names}").format(names=names)
-    hint_call = _("not known from here: the error is in your forward(self, x, task), which returns heads[task](x)")
-    first = next(iter(heads))
     with learner_code(built, _("not known from here: the error is in your __init__(self, heads)"),
                       causes=translated({**_NO_SUPER, **_ANY_HEAD})):
         try:
@@ -326,39 +322,39 @@ def _check_routes(cls: type[nn.Module], heads: dict[str, nn.Module], x: torch.Te
                             "one of them: take the names from the dict you are given (nn.ModuleDict(heads) keeps "
                             "them all), not from a fixed list").format(names=names, name=repr(err.args[0])))
     expect(isinstance(router, nn.Module), _("Router must subclass nn.Module"))
-    with learner_code(_("calling router(x, {task})").format(task=repr(first)), hint_call, causes=translated(_ANY_HEAD)):
+    return router
+
+
+def _batch_first(router: nn.Module, x: torch.Tensor, task: str) -> object:
+    """``router(x, task)``, which takes the batch first, then the task's name."""
+    with _routing(_("calling router(x, {task})").format(task=repr(task))):
         try:
-            out = router(x, first)
+            return router(x, task)
         except (KeyError, TypeError) as err:
             # The batch was used as the task's name: the arguments are taken in the wrong order.
             expect(not (err.args and isinstance(err.args[0], torch.Tensor)),
                    _("the batch x was looked up as a task's name: {order}").format(order=_(_ORDER)))
             raise
 
-    with learner_code(built):
-        fresh = cls(heads)  # registration is checked before any forward
-    _expect_registered(fresh, heads)
 
-    expect(isinstance(out, torch.Tensor), _("router(x, {task}) must return a tensor, got {type}").format(
-        task=repr(first), type=type(out).__name__))
+def _expect_every_route(router: nn.Module, heads: dict[str, nn.Module], x: torch.Tensor) -> None:
+    """``router(x, task=task)`` returns heads[task](x), for every task."""
     for task, head in heads.items():
-        with learner_code(_("calling router(x, task={task})").format(task=repr(task)), hint_call,
-                          causes=translated(_ANY_HEAD)):
+        with _routing(_("calling router(x, task={task})").format(task=repr(task))):
             out = router(x, task=task)
         with torch.no_grad():
             want = head(x)
         expect(_same(out, want), _("router(x, {task}) must return heads[{task}](x)").format(task=repr(task)))
 
-    # Gradients flow through the chosen head into its parameters and back into x, whatever the mode: eval()
-    # changes what dropout and batch norm do, not where gradients go.
-    head = heads[trained]
+
+def _expect_gradient_through_head(router: nn.Module, head: nn.Module, x: torch.Tensor, trained: str) -> None:
+    """Gradients flow through the chosen head into its parameters and into x, in train and in eval mode."""
     for mode in ("train", "eval"):
         getattr(router, mode)()
         x_in = x.clone().requires_grad_()
         call = (_("router(x, {task}) in training mode") if mode == "train"
                 else _("router(x, {task}) in evaluation mode, after router.eval()")).format(task=repr(trained))
-        with learner_code(_("calling {call}").format(call=call), hint_call, causes=translated(_ANY_HEAD)), \
-                TorchCalls() as seen:
+        with _routing(_("calling {call}").format(call=call)), TorchCalls() as seen:
             out = router(x_in, trained)
         for p in head.parameters():
             p.grad = None
@@ -370,6 +366,22 @@ def _check_routes(cls: type[nn.Module], heads: dict[str, nn.Module], x: torch.Te
         expect(torch.allclose(x_in.grad, want),
                _("the gradient that reaches x must be the one heads[{task}](x) gives, in {call}").format(
                    task=repr(trained), call=call))
+
+
+def _check_routes(cls: type[nn.Module], heads: dict[str, nn.Module], x: torch.Tensor, trained: str) -> nn.Module:
+    """A router over ``heads``: registered, every route right, gradients through ``heads[trained]``."""
+    built = _("building your router as cls(heads) with heads named {names}").format(
+        names=", ".join(repr(task) for task in heads))
+    router = _build_router(cls, heads, built)
+    first = next(iter(heads))
+    out = _batch_first(router, x, first)
+    with learner_code(built):
+        fresh = cls(heads)  # registration is checked before any forward
+    _expect_registered(fresh, heads)
+    expect(isinstance(out, torch.Tensor), _("router(x, {task}) must return a tensor, got {type}").format(
+        task=repr(first), type=type(out).__name__))
+    _expect_every_route(router, heads, x)
+    _expect_gradient_through_head(router, heads[trained], x, trained)
     return router.train()
 
 
@@ -434,19 +446,15 @@ def _check_copies(copies: object, module: nn.Module, n: int, call: str, before, 
         _("{call} changed the module itself (its train/eval mode or its values): leave it as it is; copy.deepcopy "
           "reads it without changing it").format(call=call),
     )
-    expect(
-        isinstance(copies, nn.ModuleList),
-        _("{call} must return an nn.ModuleList, got {type}: a plain list (or an nn.Sequential) "
-          "is not what the task asks for, and a list is not registered when assigned to a module").format(
-              call=call, type=type(copies).__name__),
-    )
+    expect(isinstance(copies, nn.ModuleList),
+           _("{call} must return an nn.ModuleList, got {type}: a plain list (or an nn.Sequential) "
+             "is not what the task asks for, and a list is not registered when assigned to a module").format(
+                 call=call, type=type(copies).__name__))
     expect(len(copies) == n, _("{call} must hold {n} copies, got {count}").format(call=call, n=n, count=len(copies)))
-    expect(
-        len({id(c) for c in copies}) == n,
-        _("{call} holds the same object more than once, so the copies share their weights: [m] * n repeats one "
-          "object (and deepcopy of such a list keeps it one object); deep-copy the module once per copy").format(
-              call=call),
-    )
+    expect(len({id(c) for c in copies}) == n,
+           _("{call} holds the same object more than once, so the copies share their weights: [m] * n repeats one "
+             "object (and deepcopy of such a list keeps it one object); deep-copy the module once per copy").format(
+                 call=call))
     expect(
         all(c is not module for c in copies),
         _("{call} contains the original module itself: every entry must be a copy, independent of the original").format(
@@ -457,23 +465,17 @@ def _check_copies(copies: object, module: nn.Module, n: int, call: str, before, 
                                  call=call, calls=", ".join(seen.moves)))
     for c in copies:
         mine = _tensors(c)
-        expect(
-            set(mine) == set(original),
-            _("each copy must have the same parameters and buffers as the module: {names}").format(
-                names=sorted(original)),
-        )
+        expect(set(mine) == set(original),
+               _("each copy must have the same parameters and buffers as the module: {names}").format(
+                   names=sorted(original)))
         params = [name for name, _ in module.named_parameters()]
-        expect(
-            [name for name, _ in c.named_parameters()] == params,
-            _("each copy must keep the module's parameters as parameters ({names}), so that it trains on its own: "
-              "copy.deepcopy keeps them; a tensor registered as a buffer instead is never trained").format(
-                  names=params),
-        )
-        expect(
-            [p.requires_grad for p in c.parameters()] == [p.requires_grad for p in module.parameters()],
-            _("each copy's parameters must require grad where the module's do, so that it trains on its own: "
-              "copy.deepcopy keeps the flags; do not freeze the copies with requires_grad_(False)"),
-        )
+        expect([name for name, _ in c.named_parameters()] == params,
+               _("each copy must keep the module's parameters as parameters ({names}), so that it trains on its own: "
+                 "copy.deepcopy keeps them; a tensor registered as a buffer instead is never trained").format(
+                     names=params))
+        expect([p.requires_grad for p in c.parameters()] == [p.requires_grad for p in module.parameters()],
+               _("each copy's parameters must require grad where the module's do, so that it trains on its own: "
+                 "copy.deepcopy keeps the flags; do not freeze the copies with requires_grad_(False)"))
         shared = [k for k in original if mine[k] is original[k]]
         expect(not shared, _("a copy shares {name} with the original: copy.copy is shallow (it keeps the same "
                              "Parameter objects); use copy.deepcopy").format(name=repr(shared[0]) if shared else ""))
@@ -503,12 +505,10 @@ def _check_copies(copies: object, module: nn.Module, n: int, call: str, before, 
                                              "buffers, a new layer or reset_parameters() draws new ones").format(
                                                  calls=", ".join(drawn)) if drawn
                        else _("Why is not known from here: copy.deepcopy copies parameters and buffers")))
-        expect(
-            _modes(c) == modes,
-            _("each copy must be in the module's train/eval mode, submodule by submodule (here: {modes}): "
-              "copy.deepcopy keeps every flag; calling .train() or .eval() on a copy sets them all alike").format(
-                  modes=shown),
-        )
+        expect(_modes(c) == modes,
+               _("each copy must be in the module's train/eval mode, submodule by submodule (here: {modes}): "
+                 "copy.deepcopy keeps every flag; calling .train() or .eval() on a copy sets them all alike").format(
+                     modes=shown))
 
 
 _ANY_MODULE = {

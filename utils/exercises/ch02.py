@@ -43,18 +43,14 @@ def _expect_trainable(layers: dict[int | str, nn.Module]) -> None:
     """Every parameter of these layers still requires grad, and none is an inference tensor."""
     for i, layer in layers.items():
         for name, p in layer.named_parameters():
-            expect(
-                not p.is_inference(),
-                _("layer {index}'s {name} is an inference tensor, which autograd can never train: the dry run ran "
-                  "under torch.inference_mode(), so the lazy layer made its parameters there. Run it plainly or "
-                  "under torch.no_grad()").format(index=i, name=name),
-            )
-            expect(
-                p.requires_grad,
-                _("layer {index}'s {name} no longer requires grad, so it would never train: leave requires_grad as "
-                  "it is. To fill a parameter in place, use nn.init (it turns gradient recording off by itself) "
-                  "or make the edit inside `with torch.no_grad():`").format(index=i, name=name),
-            )
+            expect(not p.is_inference(),
+                   _("layer {index}'s {name} is an inference tensor, which autograd can never train: the dry run ran "
+                     "under torch.inference_mode(), so the lazy layer made its parameters there. Run it plainly or "
+                     "under torch.no_grad()").format(index=i, name=name))
+            expect(p.requires_grad,
+                   _("layer {index}'s {name} no longer requires grad, so it would never train: leave requires_grad as "
+                     "it is. To fill a parameter in place, use nn.init (it turns gradient recording off by itself) "
+                     "or make the edit inside `with torch.no_grad():`").format(index=i, name=name))
 
 
 def _kept(net: nn.Sequential, indices: tuple[int, ...]) -> dict[int, list[torch.Tensor]]:
@@ -207,18 +203,14 @@ def _expect_xavier_layer(what: str, layer: nn.Linear, *, has_bias: bool) -> None
         expect(bool((layer.bias == 0).all()),
                _("{layer} still has non-zero biases: set them with nn.init.zeros_(m.bias)").format(layer=what))
     std = _xavier_std(layer)
-    expect(
-        _std_matches(weight, std),
-        _("{layer} has weights of std {std}; Xavier gives sqrt(2 / (fan_in + fan_out)) = "
-          "{expected}. Use nn.init.xavier_uniform_ with its default gain").format(
-              layer=what, std=format(weight.std().item(), ".4f"), expected=format(std, ".4f")),
-    )
-    expect(
-        weight.abs().max().item() <= math.sqrt(3) * std * (1 + 1e-6),
-        _("{layer} has weights beyond the Xavier-uniform bound sqrt(6 / (fan_in + fan_out)) = {bound}: "
-          "use the uniform variant (xavier_uniform_), not xavier_normal_").format(
-              layer=what, bound=format(math.sqrt(3) * std, ".4f")),
-    )
+    expect(_std_matches(weight, std),
+           _("{layer} has weights of std {std}; Xavier gives sqrt(2 / (fan_in + fan_out)) = "
+             "{expected}. Use nn.init.xavier_uniform_ with its default gain").format(
+                 layer=what, std=format(weight.std().item(), ".4f"), expected=format(std, ".4f")))
+    expect(weight.abs().max().item() <= math.sqrt(3) * std * (1 + 1e-6),
+           _("{layer} has weights beyond the Xavier-uniform bound sqrt(6 / (fan_in + fan_out)) = {bound}: "
+             "use the uniform variant (xavier_uniform_), not xavier_normal_").format(
+                 layer=what, bound=format(math.sqrt(3) * std, ".4f")))
 
 
 def _kind(layer: nn.Linear) -> str:
@@ -232,9 +224,7 @@ def _layer_label(i: int, layer: nn.Linear) -> str:
 
 
 def _apply_on_mixed_network(init_fn: Callable[[nn.Module], object]):
-    """``net.apply(init_fn)`` from seed 0 on Linear, ReLU, a subclass of nn.Linear, LayerNorm, a float64 Linear,
-    Conv1d and Embedding. Returns the network, the other modules' kept values, each parameter as it was built
-    (object, dtype, values, memory) and what the answer asked torch for."""
+    """``net.apply(init_fn)`` on a seeded mix of layers: the net, the others' values, the parameters, the calls."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         # net.apply only visits the modules: the last two (not linear, with weights of 3 and 2 dimensions)
@@ -265,37 +255,29 @@ def _expect_same_parameters(i: int, layer: nn.Linear, before: dict, seen: TorchC
     what = _layer_label(i, layer)
     for name in ("weight", "bias"):
         fill = "nn.init.xavier_uniform_(m.weight)" if name == "weight" else "nn.init.zeros_(m.bias)"
-        expect(
-            getattr(layer, name, None) is not None,
-            _("{layer}'s {name} is None now: assigning m.{name} = None removes the parameter instead of "
-              "filling it. Fill it in place with {fill}").format(layer=what, name=name, fill=fill),
-        )
+        expect(getattr(layer, name, None) is not None,
+               _("{layer}'s {name} is None now: assigning m.{name} = None removes the parameter instead of "
+                 "filling it. Fill it in place with {fill}").format(layer=what, name=name, fill=fill))
         parameter, dtype, _values, _memory = before[f"{i}.{name}"]
-        expect(
-            getattr(layer, name) is parameter,
-            _("{layer}'s {name} is a new Parameter object: fill the layer's own tensor in place "
-              "(nn.init.xavier_uniform_(m.weight), nn.init.zeros_(m.bias)); an optimizer or a tie made "
-              "earlier still holds the old one").format(layer=what, name=name),
-        )
-        expect(
-            getattr(layer, name).dtype == dtype,
-            _("{layer}'s {name} is {dtype} now: {swap} Fill the layer's own tensor in place with nn.init, which "
-              "keeps its dtype and device").format(swap=_swap(seen),
-                  layer=_("layer {index} ({kind}, {n_in}→{n_out}, {dtype})").format(
-                      index=i, kind=_kind(layer), n_in=layer.in_features, n_out=layer.out_features, dtype=dtype),
-                  name=name, dtype=getattr(layer, name).dtype),
-        )
+        expect(getattr(layer, name) is parameter,
+               _("{layer}'s {name} is a new Parameter object: fill the layer's own tensor in place "
+                 "(nn.init.xavier_uniform_(m.weight), nn.init.zeros_(m.bias)); an optimizer or a tie made "
+                 "earlier still holds the old one").format(layer=what, name=name))
+        expect(getattr(layer, name).dtype == dtype,
+               _("{layer}'s {name} is {dtype} now: {swap} Fill the layer's own tensor in place with nn.init, which "
+                 "keeps its dtype and device").format(swap=_swap(seen),
+                     layer=_("layer {index} ({kind}, {n_in}→{n_out}, {dtype})").format(
+                         index=i, kind=_kind(layer), n_in=layer.in_features, n_out=layer.out_features, dtype=dtype),
+                     name=name, dtype=getattr(layer, name).dtype))
 
 
 def _expect_own_memory(i: int, layer: nn.Linear, before: dict, seen: TorchCalls) -> None:
     """Layer ``i``'s weight and bias still use the memory they were built with."""
     for name in ("weight", "bias"):
-        expect(
-            getattr(layer, name).data_ptr() == before[f"{i}.{name}"][3],
-            _("{layer}'s {name} is the same Parameter but no longer uses its own memory: {swap} A state_dict() "
-              "or a view taken earlier no longer follows it. Fill it in place: nn.init.xavier_uniform_(m.weight), "
-              "nn.init.zeros_(m.bias)").format(layer=_layer_label(i, layer), name=name, swap=_swap(seen)),
-        )
+        expect(getattr(layer, name).data_ptr() == before[f"{i}.{name}"][3],
+               _("{layer}'s {name} is the same Parameter but no longer uses its own memory: {swap} A state_dict() "
+                 "or a view taken earlier no longer follows it. Fill it in place: nn.init.xavier_uniform_(m.weight), "
+                 "nn.init.zeros_(m.bias)").format(layer=_layer_label(i, layer), name=name, swap=_swap(seen)))
 
 
 def _expect_initialized(i: int, layer: nn.Linear, before: dict) -> None:
@@ -324,40 +306,32 @@ def _expect_xavier_values(i: int, layer: nn.Linear) -> None:
            _("{layer} still has non-zero biases: set them with nn.init.zeros_(m.bias)").format(
                layer=_layer_label(i, layer)))
     std = _xavier_std(layer)
-    expect(
-        _std_matches(layer.weight, std),
-        _("layer {index}'s weights have std {std}; Xavier gives "
-          "sqrt(2 / (fan_in + fan_out)) = {expected}. Use nn.init.xavier_uniform_ with its default gain").format(
-              index=i, std=format(layer.weight.std().item(), ".4f"), expected=format(std, ".4f")),
-    )
-    expect(
-        layer.weight.abs().max().item() <= math.sqrt(3) * std * (1 + 1e-6),
-        _("layer {index}'s weights exceed the Xavier-uniform bound sqrt(6 / (fan_in + fan_out)) = "
-          "{bound}: use the uniform variant (xavier_uniform_), not xavier_normal_").format(
-              index=i, bound=format(math.sqrt(3) * std, ".4f")),
-    )
+    expect(_std_matches(layer.weight, std),
+           _("layer {index}'s weights have std {std}; Xavier gives "
+             "sqrt(2 / (fan_in + fan_out)) = {expected}. Use nn.init.xavier_uniform_ with its default gain").format(
+                 index=i, std=format(layer.weight.std().item(), ".4f"), expected=format(std, ".4f")))
+    expect(layer.weight.abs().max().item() <= math.sqrt(3) * std * (1 + 1e-6),
+           _("layer {index}'s weights exceed the Xavier-uniform bound sqrt(6 / (fan_in + fan_out)) = "
+             "{bound}: use the uniform variant (xavier_uniform_), not xavier_normal_").format(
+                 index=i, bound=format(math.sqrt(3) * std, ".4f")))
 
 
 def _expect_uniform_law(linears: list[nn.Linear]) -> None:
     """The weights, pooled and standardized, follow a uniform law on [-b, b] (a KS test)."""
     pooled = _standardized(linears, _xavier_std) / math.sqrt(3)  # U(-1, 1) if the answer is right
-    expect(
-        ks_distance(pooled, lambda x: ((x + 1) / 2).clamp(0, 1)) <= ks_limit(pooled.numel()),
-        _("the weights have the right std and stay inside the bound, but they are not uniformly distributed "
-          "on [-b, b]: Xavier-uniform is a uniform law, use nn.init.xavier_uniform_"),
-    )
+    expect(ks_distance(pooled, lambda x: ((x + 1) / 2).clamp(0, 1)) <= ks_limit(pooled.numel()),
+           _("the weights have the right std and stay inside the bound, but they are not uniformly distributed "
+             "on [-b, b]: Xavier-uniform is a uniform law, use nn.init.xavier_uniform_"))
 
 
 def _expect_others_left_alone(net: nn.Sequential, others: dict[int, list[torch.Tensor]]) -> None:
     """The modules that are not linear (LayerNorm, Conv1d, Embedding) keep their values."""
     changed = _changed(net, others)
-    expect(
-        not changed,
-        _("the {modules} changed: initialize linear layers only and leave every other module alone; "
-          "isinstance(m, nn.Linear) is the test").format(
-              modules=functools.reduce(lambda modules, module: _("{modules} and the {module}").format(
-                  modules=modules, module=module), changed) if changed else ""),
-    )
+    expect(not changed,
+           _("the {modules} changed: initialize linear layers only and leave every other module alone; "
+             "isinstance(m, nn.Linear) is the test").format(
+                 modules=functools.reduce(lambda modules, module: _("{modules} and the {module}").format(
+                     modules=modules, module=module), changed) if changed else ""))
 
 
 def _expect_bias_free_layer(init_fn: Callable[[nn.Module], object]) -> None:
@@ -372,16 +346,13 @@ def _expect_bias_free_layer(init_fn: Callable[[nn.Module], object]) -> None:
         ):
             no_bias.apply(init_fn)
     weight = getattr(no_bias[0], "weight", None)
-    expect(
-        isinstance(weight, torch.Tensor) and weight.shape == (100, 200) and _std_matches(weight, math.sqrt(2 / 300)),
-        _("an nn.Linear(200, 100, bias=False) did not get Xavier weights: a layer without a bias is a linear layer "
-          "too. Test m.bias is not None only around nn.init.zeros_(m.bias), and initialize every weight"),
-    )
+    expect(isinstance(weight, torch.Tensor) and weight.shape == (100, 200) and _std_matches(weight, math.sqrt(2 / 300)),
+           _("an nn.Linear(200, 100, bias=False) did not get Xavier weights: a layer without a bias is a linear layer "
+             "too. Test m.bias is not None only around nn.init.zeros_(m.bias), and initialize every weight"))
 
 
 def _expect_every_depth_and_root(init_fn: Callable[[nn.Module], object]) -> None:
-    """On a nested network (a custom block inside nn.Sequential) and on bare layers, every linear layer gets Xavier
-    values and the LayerNorm is left alone: apply calls init_fn on every module, the root included."""
+    """Linear layers at every depth and bare ones get Xavier values; a nested LayerNorm is left alone."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(2)
         nested = nn.Sequential(nn.Sequential(nn.Linear(120, 240), nn.ReLU()), _Block(240, 60))
@@ -460,9 +431,7 @@ _UNIFORM = {"kaiming_uniform_", "xavier_uniform_", "uniform_"}
 
 
 def _initialize_lazy_network(initialize: Callable[[nn.Module, torch.Tensor], nn.Module]):
-    """``initialize(net, example)`` from seed 0 on a float64 network of LazyLinear layers (one in a nested
-    nn.Sequential) and a LayerNorm. Returns the network, the LayerNorm's kept values, the answer's result and what
-    it asked torch for."""
+    """``initialize(net, example)`` on a seeded float64 lazy net: the net, the norm's values, result, calls."""
     f64 = {"dtype": torch.float64}
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
@@ -511,23 +480,17 @@ def _kaiming_miss(i: int | str, layer: nn.Linear, n_in: int, n_out: int) -> str:
 
 def _expect_kaiming_layer(i: int | str, layer: nn.Linear, n_in: int, n_out: int, seen: TorchCalls) -> None:
     """Layer ``i`` was materialized as (n_out, n_in) in float64, with Kaiming-normal weights and a zero bias."""
-    expect(
-        layer.weight.shape == (n_out, n_in),
-        _("layer {index} must have weight shape {shape}, it has {actual}: run the "
-          "dry run on example_input itself").format(
-              index=i, shape=(n_out, n_in), actual=tuple(layer.weight.shape)),
-    )
-    expect(
-        getattr(layer, "bias", None) is not None,
-        _("layer {index}'s bias is None now: assigning m.bias = None removes the bias instead of zeroing it. Fill "
-          "it in place with nn.init.zeros_(m.bias)").format(index=i),
-    )
-    expect(
-        layer.weight.dtype == layer.bias.dtype == torch.float64,
-        _("layer {index}'s parameters are {dtype} now, the network was float64: {swap} Fill m.weight in place "
-          "with nn.init.kaiming_normal_, which keeps its dtype and device").format(
-              index=i, dtype=layer.weight.dtype, swap=_swap(seen)),
-    )
+    expect(layer.weight.shape == (n_out, n_in),
+           _("layer {index} must have weight shape {shape}, it has {actual}: run the "
+             "dry run on example_input itself").format(
+                 index=i, shape=(n_out, n_in), actual=tuple(layer.weight.shape)))
+    expect(getattr(layer, "bias", None) is not None,
+           _("layer {index}'s bias is None now: assigning m.bias = None removes the bias instead of zeroing it. Fill "
+             "it in place with nn.init.zeros_(m.bias)").format(index=i))
+    expect(layer.weight.dtype == layer.bias.dtype == torch.float64,
+           _("layer {index}'s parameters are {dtype} now, the network was float64: {swap} Fill m.weight in place "
+             "with nn.init.kaiming_normal_, which keeps its dtype and device").format(
+                 index=i, dtype=layer.weight.dtype, swap=_swap(seen)))
     std = _kaiming_std(layer)
     if not _std_matches(layer.weight, std):
         expect(False, _("layer {index}'s weights have std {std}, Kaiming normal for ReLU gives sqrt(2 / fan_in) = "
@@ -540,20 +503,17 @@ def _expect_kaiming_layer(i: int | str, layer: nn.Linear, n_in: int, n_out: int,
 def _expect_normal_law(layers: list[nn.Linear], seen: TorchCalls) -> None:
     """The weights, pooled and standardized, follow a normal law (a KS test)."""
     pooled = _standardized(layers, _kaiming_std)  # N(0, 1) if the answer is right
-    expect(
-        ks_distance(pooled, torch.special.ndtr) <= ks_limit(pooled.numel()),
-        _("the weights have the right std but are not normally distributed: Kaiming *normal* is asked for, and "
-          "your function drew them with {calls}: use nn.init.kaiming_normal_").format(
-              calls=", ".join(sorted(_UNIFORM & seen.names)))
-        if _UNIFORM & seen.names else
-        _("the weights have the right std but are not normally distributed: Kaiming *normal* is asked for, use "
-          "nn.init.kaiming_normal_"),
-    )
+    expect(ks_distance(pooled, torch.special.ndtr) <= ks_limit(pooled.numel()),
+           _("the weights have the right std but are not normally distributed: Kaiming *normal* is asked for, and "
+             "your function drew them with {calls}: use nn.init.kaiming_normal_").format(
+                 calls=", ".join(sorted(_UNIFORM & seen.names)))
+           if _UNIFORM & seen.names else
+           _("the weights have the right std but are not normally distributed: Kaiming *normal* is asked for, use "
+             "nn.init.kaiming_normal_"))
 
 
 def _expect_bare_lazy_layer(initialize: Callable[[nn.Module, torch.Tensor], nn.Module]) -> None:
-    """A bare lazy layer given as the network is returned, materialized, with Kaiming-normal weights and a zero
-    bias: the walk includes net itself."""
+    """A bare lazy layer given as the network is returned with Kaiming-normal weights and a zero bias."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(1)
         bare = nn.LazyLinear(200, dtype=torch.float64)
@@ -565,10 +525,8 @@ def _expect_bare_lazy_layer(initialize: Callable[[nn.Module, torch.Tensor], nn.M
         ):
             out = initialize(bare, torch.rand(2, 150, dtype=torch.float64))
     expect(out is bare, _("given a bare layer as the network, return that layer: return the network you were given"))
-    expect(
-        not isinstance(bare.weight, nn.parameter.UninitializedParameter),
-        _("a bare nn.LazyLinear given as the network is still uninitialized: run it on example_input once"),
-    )
+    expect(not isinstance(bare.weight, nn.parameter.UninitializedParameter),
+           _("a bare nn.LazyLinear given as the network is still uninitialized: run it on example_input once"))
     got, std = bare.weight.std().item(), _kaiming_std(bare)
     default_std = 1 / math.sqrt(3 * 150)
     if not _std_matches(bare.weight, std) and math.isclose(got, default_std, rel_tol=0.05):
@@ -577,12 +535,10 @@ def _expect_bare_lazy_layer(initialize: Callable[[nn.Module, torch.Tensor], nn.M
                         "your walk leaves out net itself. net.children() (and `for m in net`) yield only the modules "
                         "inside it; net.modules() and net.apply(init) include net").format(
                             std=format(got, ".4f"), default_std=format(default_std, ".4f")))
-    expect(
-        _std_matches(bare.weight, std),
-        _("a bare nn.LazyLinear(200) given as the network has weights of std {std}, Kaiming normal for ReLU gives "
-          "sqrt(2 / fan_in) = {expected}; the layers inside a network passed, and why this one differs is not known "
-          "from here").format(std=format(got, ".4f"), expected=format(std, ".4f")),
-    )
+    expect(_std_matches(bare.weight, std),
+           _("a bare nn.LazyLinear(200) given as the network has weights of std {std}, Kaiming normal for ReLU gives "
+             "sqrt(2 / fan_in) = {expected}; the layers inside a network passed, and why this one differs is not known "
+             "from here").format(std=format(got, ".4f"), expected=format(std, ".4f")))
     expect(bool((bare.bias == 0).all()), _("a bare nn.LazyLinear(200) given as the network kept a non-zero bias: "
                                            "zero it with nn.init.zeros_(m.bias)"))
 
@@ -593,19 +549,15 @@ def check_initialize_lazy(initialize: Callable[[nn.Module, torch.Tensor], nn.Mod
     expect(callable(initialize), _("pass the function itself, e.g. check_initialize_lazy(initialize_lazy)"))
     net, norm, out, seen = _initialize_lazy_network(initialize)
     expect(out is net, _("return the network you were given (initialized in place)"))
-    expect(
-        not any(isinstance(p, nn.parameter.UninitializedParameter) for p in net.parameters()),
-        _("some parameters are still uninitialized: call net(example_input) once to infer the shapes"),
-    )
+    expect(not any(isinstance(p, nn.parameter.UninitializedParameter) for p in net.parameters()),
+           _("some parameters are still uninitialized: call net(example_input) once to infer the shapes"))
     layers = {0: net[0], "3.0": net[3][0], 4: net[4]}
     _expect_trainable(layers)
     for (i, layer), (n_in, n_out) in zip(layers.items(), ((300, 256), (256, 128), (128, 10)), strict=True):
         _expect_kaiming_layer(i, layer, n_in, n_out, seen)
     _expect_normal_law(list(layers.values()), seen)
-    expect(
-        not _changed(net, norm),
-        _("the LayerNorm changed: initialize the linear layers only (isinstance(m, nn.Linear))"),
-    )
+    expect(not _changed(net, norm),
+           _("the LayerNorm changed: initialize the linear layers only (isinstance(m, nn.Linear))"))
     _expect_bare_lazy_layer(initialize)
     # The same on 'meta', a stand-in for a GPU: the dry run must use the example where it is.
     _expect_dry_run_where_the_example_is(
@@ -654,10 +606,8 @@ def _expect_groups(opt: object, net: nn.Module, before_dry_run: set[str] | None,
     expect(opt is not net, at(_("return the optimizer, not the network")))
     expect(isinstance(opt, torch.optim.SGD),
            at(_("return a torch.optim.SGD, not {type}").format(type=type(opt).__name__)))
-    expect(
-        not any(isinstance(p, nn.parameter.UninitializedParameter) for p in net.parameters()),
-        at(_("the network's parameters are still uninitialized: call net(example_input) once (the dry run)")),
-    )
+    expect(not any(isinstance(p, nn.parameter.UninitializedParameter) for p in net.parameters()),
+           at(_("the network's parameters are still uninitialized: call net(example_input) once (the dry run)")))
     _expect_trainable({name or "net": m for name, m in net.named_modules()
                        if next(m.parameters(recurse=False), None) is not None})
     expect(all(g["lr"] == 0.1 for g in opt.param_groups), at(_("use lr=0.1 for every group")))
@@ -696,18 +646,14 @@ def _expect_groups(opt: object, net: nn.Module, before_dry_run: set[str] | None,
         expect(False, at(_("no weight matrix gets weight decay, though the groups were chosen after the dry run: "
                            "check the condition that picks them; a weight matrix has p.dim() == 2")))
     for name, p in matrices:
-        expect(
-            decay[id(p)] == WEIGHT_DECAY,
-            at(_("{name} (a {dims}-D weight matrix) must get weight_decay={weight_decay}, it gets "
-                 "{decay}").format(name=name, dims=p.dim(), weight_decay=WEIGHT_DECAY, decay=decay[id(p)])),
-        )
+        expect(decay[id(p)] == WEIGHT_DECAY,
+               at(_("{name} (a {dims}-D weight matrix) must get weight_decay={weight_decay}, it gets "
+                    "{decay}").format(name=name, dims=p.dim(), weight_decay=WEIGHT_DECAY, decay=decay[id(p)])))
     for name, p in flat:
-        expect(
-            decay[id(p)] == 0,
-            at(_("{name} is 1-D (a bias or a normalization scale): it must get weight_decay=0, it gets "
-                 "{decay}. Put every parameter with p.dim() < 2 in a group without decay").format(
-                     name=name, decay=decay[id(p)])),
-        )
+        expect(decay[id(p)] == 0,
+               at(_("{name} is 1-D (a bias or a normalization scale): it must get weight_decay=0, it gets "
+                    "{decay}. Put every parameter with p.dim() < 2 in a group without decay").format(
+                        name=name, decay=decay[id(p)])))
 
 
 #: Errors an Exercise 3 answer raises, and what each tells.
@@ -727,9 +673,7 @@ _NO_BIAS = {
 
 
 def _optimizer_cases() -> list[tuple[int, Callable[[], tuple[nn.Module, torch.Tensor]], str, dict, str, str]]:
-    """Exercise 3's networks: (seed, what builds the network and its example, what the call is, the errors' causes,
-    the message each hint goes into, what a hint for a parameter left out adds). A flat network; a nested one,
-    with a layer built with bias=False; a bare layer: every parameter at every depth, and only those that exist."""
+    """(seed, network and example, call, causes, hint's frame, more for a left-out parameter) of each network."""
     return [
         (0, lambda: (nn.Sequential(nn.LazyLinear(32), nn.LazyBatchNorm1d(), nn.ReLU(), nn.LazyLinear(4)),
                      torch.rand(8, 16)),

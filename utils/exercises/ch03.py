@@ -67,8 +67,7 @@ def _run(model: nn.Module, tokens: torch.Tensor, what: str) -> object:
 
 
 def _tied_model(cls: type[nn.Module], vocab: int, dim: int, seed: int) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
-    """``cls(vocab, dim)`` built from ``seed``, a (3, 7) batch of tokens from the lower half of the vocabulary only
-    (the upper half is absent from the batch), and targets."""
+    """``cls(vocab, dim)`` from ``seed``, a (3, 7) batch from the vocabulary's lower half only, and targets."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         with learner_code(_("building TiedLM({vocab}, {dim})").format(vocab=vocab, dim=dim),
@@ -111,8 +110,7 @@ def _expect_tied_when_built(model: nn.Module, tokens: torch.Tensor, vocab: int, 
 
 def _expect_gradient_through_both_uses(model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor,
                                        vocab: int) -> torch.Tensor:
-    """The logits, (3, 7, vocab), come through self.head, and a loss on them trains the shared weight through both
-    of its uses. Returns the logits."""
+    """The logits come through self.head, and a loss trains the shared weight through both uses."""
     embed, head = model.embed, model.head
     calls, parts, remove = _head_gradient(head)
     try:
@@ -147,8 +145,7 @@ def _expect_gradient_through_both_uses(model: nn.Module, tokens: torch.Tensor, t
 
 
 def _expect_logits_from_head(model: nn.Module, tokens: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-    """In eval mode, the logits are what self.head returns: shifting each of its outputs shifts every logit by as
-    much. Returns the eval-mode logits."""
+    """In eval mode the logits are self.head's output: shifting that shifts every logit alike."""
     model.eval()
     with torch.no_grad():
         together = _run(model, tokens, _("calling the model in eval mode on the batch"))
@@ -481,8 +478,7 @@ _ID_HINT = N_("find the names that share one Parameter by identity, e.g. group "
 
 def _load_unrefused(load: Callable[[nn.Module, dict], object], model: nn.Module, state: dict, what: str,
                     refused: Callable[[ValueError], str] | None, causes: dict[str, str] | None = None) -> None:
-    """Run ``load(model, state)``, which must not refuse: a ``ValueError`` fails with ``refused(error)`` (or, with
-    no ``refused``, as any other error)."""
+    """``load(model, state)`` raises no ValueError; ``refused(error)`` is the hint if it does."""
     with learner_code(what, _("not known from here: the error is in your load_checked"), causes=causes):
         try:
             load(model, state)
