@@ -437,15 +437,18 @@ def _state(module: nn.Module) -> tuple[list[tuple[str, bool]], dict[str, torch.T
     return _modes(module), {k: t.detach().clone() for k, t in _tensors(module).items()}
 
 
-def _check_copies(copies: object, module: nn.Module, n: int, call: str, before, seen: TorchCalls) -> None:
+def _expect_module_left_alone(module: nn.Module, call: str, before) -> None:
+    """``call`` left the module's modes and values as they were."""
     modes, values = before
     original = _tensors(module)
-    expect(
-        _modes(module) == modes
-        and all(k in original and torch.equal(original[k].detach(), v) for k, v in values.items()),
-        _("{call} changed the module itself (its train/eval mode or its values): leave it as it is; copy.deepcopy "
-          "reads it without changing it").format(call=call),
-    )
+    expect(_modes(module) == modes
+           and all(k in original and torch.equal(original[k].detach(), v) for k, v in values.items()),
+           _("{call} changed the module itself (its train/eval mode or its values): leave it as it is; copy.deepcopy "
+             "reads it without changing it").format(call=call))
+
+
+def _expect_n_copies(copies: object, module: nn.Module, n: int, call: str, seen: TorchCalls) -> None:
+    """``call`` returned an nn.ModuleList of ``n`` distinct copies, none the module, none moved."""
     expect(isinstance(copies, nn.ModuleList),
            _("{call} must return an nn.ModuleList, got {type}: a plain list (or an nn.Sequential) "
              "is not what the task asks for, and a list is not registered when assigned to a module").format(
@@ -455,14 +458,16 @@ def _check_copies(copies: object, module: nn.Module, n: int, call: str, before, 
            _("{call} holds the same object more than once, so the copies share their weights: [m] * n repeats one "
              "object (and deepcopy of such a list keeps it one object); deep-copy the module once per copy").format(
                  call=call))
-    expect(
-        all(c is not module for c in copies),
-        _("{call} contains the original module itself: every entry must be a copy, independent of the original").format(
-            call=call),
-    )
+    expect(all(c is not module for c in copies),
+           _("{call} contains the original module itself: every entry must be a copy, independent of the "
+             "original").format(call=call))
     expect(not seen.moves, _("each copy must stay on the module's device, and {call} moved tensors ({calls}): "
                              "copy.deepcopy keeps them where they are, do not move the copies").format(
                                  call=call, calls=", ".join(seen.moves)))
+
+
+def _expect_same_tensor_kinds(copies: nn.ModuleList, module: nn.Module, original: dict[str, torch.Tensor]) -> None:
+    """Each copy has the module's parameters and buffers, as trainable as the module's, and none of its objects."""
     for c in copies:
         mine = _tensors(c)
         expect(set(mine) == set(original),
@@ -479,6 +484,10 @@ def _check_copies(copies: object, module: nn.Module, n: int, call: str, before, 
         shared = [k for k in original if mine[k] is original[k]]
         expect(not shared, _("a copy shares {name} with the original: copy.copy is shallow (it keeps the same "
                              "Parameter objects); use copy.deepcopy").format(name=repr(shared[0]) if shared else ""))
+
+
+def _expect_own_memory(copies: nn.ModuleList, original: dict[str, torch.Tensor]) -> None:
+    """No tensor of a copy shares memory with the module or with another copy."""
     seen_memory = {t.untyped_storage().data_ptr() for t in original.values()}
     for c in copies:
         for k, t in _tensors(c).items():
@@ -487,6 +496,11 @@ def _check_copies(copies: object, module: nn.Module, n: int, call: str, before, 
                                              "each copy needs tensors of its own (copy.deepcopy gives them)").format(
                                                  name=repr(k)))
             seen_memory.add(ptr)
+
+
+def _expect_same_values_and_modes(copies: nn.ModuleList, original: dict[str, torch.Tensor],
+                                  modes: list[tuple[str, bool]], seen: TorchCalls) -> None:
+    """Each copy starts with the module's dtypes and values, and in its train/eval mode, submodule by submodule."""
     shown = ", ".join(f"{name} {'train' if training else 'eval'}" for name, training in modes)
     drawn = sorted({".uniform_", ".normal_", ".random_", "kaiming_uniform_", "rand", "randn"} & seen.names)
     converted = sorted({".float", ".double", ".half", ".to", ".type"} & seen.names)
@@ -523,7 +537,12 @@ def _clones(clones, module: nn.Module, n: int, calling: str, call: str) -> nn.Mo
     with learner_code(calling, _("not known from here: the error is in clones(module, n)"),
                       causes=translated(_ANY_MODULE)), TorchCalls() as seen:
         copies = clones(module, n)
-    _check_copies(copies, module, n, call, before, seen)
+    _expect_module_left_alone(module, call, before)
+    _expect_n_copies(copies, module, n, call, seen)
+    original = _tensors(module)
+    _expect_same_tensor_kinds(copies, module, original)
+    _expect_own_memory(copies, original)
+    _expect_same_values_and_modes(copies, original, before[0], seen)
     return copies
 
 
