@@ -35,6 +35,9 @@ def _same(a: object, b: torch.Tensor) -> bool:
 
 
 
+#: Conversions to another dtype, as TorchCalls names them.
+_CONVERSIONS = {".float", ".double", ".half", ".to", ".type"}
+
 #: An error of __init__ whose cause is known, whatever the exercise.
 _NO_SUPER = {
     "cannot assign module before Module.__init__() call": N_("__init__ assigned a module before nn.Module's own "
@@ -121,7 +124,7 @@ def _float64_hint(y: torch.Tensor, seen: TorchCalls) -> str:
         return _("forward returns a tensor that torch.{function} made without dtype=, so with the default dtype, "
                  "float32: torch.cat of the two outputs needs no tensor of your own (or pass dtype=x.dtype)").format(
                      function=made[0])
-    converted = sorted({".float", ".double", ".half", ".to", ".type"} & seen.names)
+    converted = sorted(_CONVERSIONS & seen.names)
     if converted:
         return _("forward converted the output ({calls}): return the nets' outputs as they are").format(
             calls=", ".join(converted))
@@ -503,7 +506,7 @@ def _expect_same_values_and_modes(copies: nn.ModuleList, original: dict[str, tor
     """Each copy starts with the module's dtypes and values, and in its train/eval mode, submodule by submodule."""
     shown = ", ".join(f"{name} {'train' if training else 'eval'}" for name, training in modes)
     drawn = sorted({".uniform_", ".normal_", ".random_", "kaiming_uniform_", "rand", "randn"} & seen.names)
-    converted = sorted({".float", ".double", ".half", ".to", ".type"} & seen.names)
+    converted = sorted(_CONVERSIONS & seen.names)
     for c in copies:
         mine = _tensors(c)
         for k, t in original.items():
