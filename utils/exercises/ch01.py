@@ -10,6 +10,8 @@ the check saw it.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
 
@@ -32,6 +34,9 @@ def _same(a: object, b: torch.Tensor) -> bool:
     return isinstance(a, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype and torch.allclose(a, b)
 
 
+
+#: Conversions to another dtype, as TorchCalls names them.
+_CONVERSIONS = {".float", ".double", ".half", ".to", ".type"}
 
 #: An error of __init__ whose cause is known, whatever the exercise.
 _NO_SUPER = {
@@ -119,32 +124,31 @@ def _float64_hint(y: torch.Tensor, seen: TorchCalls) -> str:
         return _("forward returns a tensor that torch.{function} made without dtype=, so with the default dtype, "
                  "float32: torch.cat of the two outputs needs no tensor of your own (or pass dtype=x.dtype)").format(
                      function=made[0])
-    converted = sorted({".float", ".double", ".half", ".to", ".type"} & seen.names)
+    converted = sorted(_CONVERSIONS & seen.names)
     if converted:
         return _("forward converted the output ({calls}): return the nets' outputs as they are").format(
             calls=", ".join(converted))
     return _("why is not known from here: return the nets' outputs as they are, concatenated")
 
 
-@exercise("Exercise 1 · A parallel block")
-@keeps_global_rng
-def check_parallel(cls: type[nn.Module]) -> None:
-    """``cls(net1, net2)``: ``forward(x)`` runs both given nets on ``x`` and concatenates along dim 1."""
-    built = _("building your block as cls(net1, net2)")
-    called = _("calling your block on a batch x")
-    # Square layers first: a chain of the two nets runs without an error here, and must still fail.
-    net1, net2 = _linear(4, 4, 1), _linear(4, 4, 2)
-    x = randn(3, 4, seed=3)
-    given = [*net1.parameters(), *net2.parameters()]
+def _build_parallel(cls: type[nn.Module], net1: nn.Module, net2: nn.Module, given: list[nn.Parameter]) -> nn.Module:
+    """``cls(net1, net2)`` is an nn.Module, and building it leaves the given nets' values as they were."""
     values = [p.detach().clone() for p in given]
-    with learner_code(built, _("not known from here: the error is in your __init__(self, net1, net2)"),
+    with learner_code(_("building your block as cls(net1, net2)"),
+                      _("not known from here: the error is in your __init__(self, net1, net2)"),
                       causes=translated(_NO_SUPER)):
         block = cls(net1, net2)
     expect(isinstance(block, nn.Module), _("Parallel must subclass nn.Module"))
     expect(all(map(torch.equal, given, values)),
            _("building the block changed the given nets' values: keep them as they are given (they may be trained "
              "already); no reset_parameters() or re-initialization in __init__"))
-    with learner_code(called, _("not known from here: the error is in your forward(self, x)")), TorchCalls() as seen:
+    return block
+
+
+def _expect_concatenated(block: nn.Module, x: torch.Tensor, net1: nn.Module, net2: nn.Module) -> torch.Tensor:
+    """``block(x)`` is net1(x) then net2(x) along dim 1, in x's dtype, where the nets put it. Returns it."""
+    with learner_code(_("calling your block on a batch x"), _("not known from here: the error is in your "
+                                                             "forward(self, x)")), TorchCalls() as seen:
         y = block(x)
     expect(isinstance(y, torch.Tensor), _("forward must return one tensor, got {type}").format(type=type(y).__name__))
     expect(y.shape == (3, 8), _parallel_shape_hint(y, x, net1, net2))
@@ -158,9 +162,13 @@ def check_parallel(cls: type[nn.Module]) -> None:
     expect(torch.allclose(y[:, 4:], b),
            _("the last 4 columns must be net2(x): net2 sees the same input x as net1, not net1's output"))
     _expect_where_the_nets_put_it(y, seen)
+    return y
 
-    # Registration, checked on a fresh block before any forward: right after construction.
-    with learner_code(built):
+
+def _expect_nets_registered(cls: type[nn.Module], net1: nn.Module, net2: nn.Module,
+                            given: list[nn.Parameter]) -> None:
+    """Right after construction, before any forward, the given nets themselves are registered submodules."""
+    with learner_code(_("building your block as cls(net1, net2)")):
         fresh = cls(net1, net2)
     own = {id(p) for p in fresh.parameters()}
     if not all(id(p) in own for p in given):
@@ -173,26 +181,24 @@ def check_parallel(cls: type[nn.Module]) -> None:
                                      kind=hidden[1] if hidden else "", attribute=hidden[0] if hidden else ""))
         expect(False, _("right after Parallel(net1, net2) is built, both nets' parameters must be registered: assign "
                         "each net to an attribute, or put both in an nn.ModuleList"))
-    expect(
-        all(any(module is net for module in fresh.modules()) for net in (net1, net2)),
-        _("register net1 and net2 themselves as submodules (self.net1 = net1, or nn.ModuleList([net1, net2])), "
-          "not only their parameters: .train() and .eval() reach only submodules, state_dict() names their "
-          "tensors after them, and .to() moves their buffers"),
-    )
+    expect(all(any(module is net for module in fresh.modules()) for net in (net1, net2)),
+           _("register net1 and net2 themselves as submodules (self.net1 = net1, or nn.ModuleList([net1, net2])), "
+             "not only their parameters: .train() and .eval() reach only submodules, state_dict() names their "
+             "tensors after them, and .to() moves their buffers"))
 
-    # A batch of one sample stays a batch: (1, 8), not (8,).
+
+def _expect_batch_of_one(block: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
+    """A batch of one sample stays a batch: (1, 8), not (8,), the first row of the batch's output."""
     with learner_code(_("calling your block on a batch x of one sample, shape (1, 4)"),
                       _("not known from here. A batch of 3 samples worked; keep the batch dimension (no squeeze())")):
         y1 = block(x[:1])
-    expect(
-        isinstance(y1, torch.Tensor) and y1.shape == (1, 8) and torch.allclose(y1, y[:1]),
-        _("a batch of one sample, shape (1, 4), must give shape (1, 8) and the first row of the batch's output; got "
-          "{shape}: keep the batch dimension (no squeeze())").format(shape=shape_of(y1)),
-    )
+    expect(isinstance(y1, torch.Tensor) and y1.shape == (1, 8) and torch.allclose(y1, y[:1]),
+           _("a batch of one sample, shape (1, 4), must give shape (1, 8) and the first row of the batch's output; got "
+             "{shape}: keep the batch dimension (no squeeze())").format(shape=shape_of(y1)))
 
-    # Branches of widths 1 and 5 on 5 input features, the second a small network of its own, in float64: a chain
-    # cannot even run here, a squeeze breaks it, reading a Linear's sizes fails, and a tensor made in forward
-    # has the default dtype.
+
+def _expect_any_branches(cls: type[nn.Module]) -> None:
+    """Branches of widths 1 and 5 (net2 an nn.Sequential), in float64, give net1(x) then net2(x), as they are."""
     wide1 = _linear(5, 1, 4, torch.float64)
     wide2 = nn.Sequential(_linear(5, 3, 5, torch.float64), nn.Tanh(), _linear(3, 5, 6, torch.float64))
     x5 = randn(3, 5, seed=7, dtype=torch.float64)
@@ -226,9 +232,12 @@ def check_parallel(cls: type[nn.Module]) -> None:
                _("with branches of widths 1 and 5, the columns must be net1(x) then net2(x)"))
     _expect_where_the_nets_put_it(z, seen)
 
-    # Gradients flow into both given nets, and on into x through both: layers before the block learn too.
+
+def _expect_gradient_into_nets_and_x(block: nn.Module, x: torch.Tensor, net1: nn.Module, net2: nn.Module,
+                                     given: list[nn.Parameter]) -> None:
+    """Gradients flow into both given nets, and on into x through both: layers before the block learn too."""
     x_in = x.clone().requires_grad_()
-    with learner_code(called), TorchCalls() as seen:
+    with learner_code(_("calling your block on a batch x")), TorchCalls() as seen:
         y_in = block(x_in)
     _expect_gradient(y_in, given, seen, _("your block's output"),
                      _("gradients must reach both nets' weights and biases: {cause}"))
@@ -237,6 +246,22 @@ def check_parallel(cls: type[nn.Module]) -> None:
     expect(x_in.grad is not None and torch.allclose(x_in.grad, through_both),
            _("the gradient must flow back to x through both nets, so that layers before the block learn: {cause}")
            .format(cause=_cut(seen)))
+
+
+@exercise("Exercise 1 · A parallel block")
+@keeps_global_rng
+def check_parallel(cls: type[nn.Module]) -> None:
+    """``cls(net1, net2)``: ``forward(x)`` runs both given nets on ``x`` and concatenates along dim 1."""
+    # Square layers first: a chain of the two nets runs without an error here, and must still fail.
+    net1, net2 = _linear(4, 4, 1), _linear(4, 4, 2)
+    x = randn(3, 4, seed=3)
+    given = [*net1.parameters(), *net2.parameters()]
+    block = _build_parallel(cls, net1, net2, given)
+    y = _expect_concatenated(block, x, net1, net2)
+    _expect_nets_registered(cls, net1, net2, given)
+    _expect_batch_of_one(block, x, y)
+    _expect_any_branches(cls)
+    _expect_gradient_into_nets_and_x(block, x, net1, net2, given)
 
 
 # ---------------------------------------------------------------- Exercise 2
@@ -282,13 +307,15 @@ def _expect_registered(fresh: nn.Module, heads: dict[str, nn.Module]) -> None:
                         "nn.ModuleDict(heads)").format(task=repr(task)))
 
 
-def _check_routes(cls: type[nn.Module], heads: dict[str, nn.Module], x: torch.Tensor, trained: str) -> nn.Module:
-    """Build a router over ``heads``; check registration, every route, and the gradients through
-    ``heads[trained]`` into its parameters and into ``x``, in training and in evaluation mode."""
+def _routing(what: str) -> contextlib.AbstractContextManager[None]:
+    """:func:`learner_code` for a call of the router, ``what``, with the router's known causes."""
+    return learner_code(what, _("not known from here: the error is in your forward(self, x, task), which returns "
+                                "heads[task](x)"), causes=translated(_ANY_HEAD))
+
+
+def _build_router(cls: type[nn.Module], heads: dict[str, nn.Module], built: str) -> nn.Module:
+    """``cls(heads)`` is an nn.Module that takes the names from the dict it is given."""
     names = ", ".join(repr(task) for task in heads)
-    built = _("building your router as cls(heads) with heads named {names}").format(names=names)
-    hint_call = _("not known from here: the error is in your forward(self, x, task), which returns heads[task](x)")
-    first = next(iter(heads))
     with learner_code(built, _("not known from here: the error is in your __init__(self, heads)"),
                       causes=translated({**_NO_SUPER, **_ANY_HEAD})):
         try:
@@ -298,39 +325,39 @@ def _check_routes(cls: type[nn.Module], heads: dict[str, nn.Module], x: torch.Te
                             "one of them: take the names from the dict you are given (nn.ModuleDict(heads) keeps "
                             "them all), not from a fixed list").format(names=names, name=repr(err.args[0])))
     expect(isinstance(router, nn.Module), _("Router must subclass nn.Module"))
-    with learner_code(_("calling router(x, {task})").format(task=repr(first)), hint_call, causes=translated(_ANY_HEAD)):
+    return router
+
+
+def _batch_first(router: nn.Module, x: torch.Tensor, task: str) -> object:
+    """``router(x, task)``, which takes the batch first, then the task's name."""
+    with _routing(_("calling router(x, {task})").format(task=repr(task))):
         try:
-            out = router(x, first)
+            return router(x, task)
         except (KeyError, TypeError) as err:
             # The batch was used as the task's name: the arguments are taken in the wrong order.
             expect(not (err.args and isinstance(err.args[0], torch.Tensor)),
                    _("the batch x was looked up as a task's name: {order}").format(order=_(_ORDER)))
             raise
 
-    with learner_code(built):
-        fresh = cls(heads)  # registration is checked before any forward
-    _expect_registered(fresh, heads)
 
-    expect(isinstance(out, torch.Tensor), _("router(x, {task}) must return a tensor, got {type}").format(
-        task=repr(first), type=type(out).__name__))
+def _expect_every_route(router: nn.Module, heads: dict[str, nn.Module], x: torch.Tensor) -> None:
+    """``router(x, task=task)`` returns heads[task](x), for every task."""
     for task, head in heads.items():
-        with learner_code(_("calling router(x, task={task})").format(task=repr(task)), hint_call,
-                          causes=translated(_ANY_HEAD)):
+        with _routing(_("calling router(x, task={task})").format(task=repr(task))):
             out = router(x, task=task)
         with torch.no_grad():
             want = head(x)
         expect(_same(out, want), _("router(x, {task}) must return heads[{task}](x)").format(task=repr(task)))
 
-    # Gradients flow through the chosen head into its parameters and back into x, whatever the mode: eval()
-    # changes what dropout and batch norm do, not where gradients go.
-    head = heads[trained]
+
+def _expect_gradient_through_head(router: nn.Module, head: nn.Module, x: torch.Tensor, trained: str) -> None:
+    """Gradients flow through the chosen head into its parameters and into x, in train and in eval mode."""
     for mode in ("train", "eval"):
         getattr(router, mode)()
         x_in = x.clone().requires_grad_()
         call = (_("router(x, {task}) in training mode") if mode == "train"
                 else _("router(x, {task}) in evaluation mode, after router.eval()")).format(task=repr(trained))
-        with learner_code(_("calling {call}").format(call=call), hint_call, causes=translated(_ANY_HEAD)), \
-                TorchCalls() as seen:
+        with _routing(_("calling {call}").format(call=call)), TorchCalls() as seen:
             out = router(x_in, trained)
         for p in head.parameters():
             p.grad = None
@@ -342,6 +369,22 @@ def _check_routes(cls: type[nn.Module], heads: dict[str, nn.Module], x: torch.Te
         expect(torch.allclose(x_in.grad, want),
                _("the gradient that reaches x must be the one heads[{task}](x) gives, in {call}").format(
                    task=repr(trained), call=call))
+
+
+def _check_routes(cls: type[nn.Module], heads: dict[str, nn.Module], x: torch.Tensor, trained: str) -> nn.Module:
+    """A router over ``heads``: registered, every route right, gradients through ``heads[trained]``."""
+    built = _("building your router as cls(heads) with heads named {names}").format(
+        names=", ".join(repr(task) for task in heads))
+    router = _build_router(cls, heads, built)
+    first = next(iter(heads))
+    out = _batch_first(router, x, first)
+    with learner_code(built):
+        fresh = cls(heads)  # registration is checked before any forward
+    _expect_registered(fresh, heads)
+    expect(isinstance(out, torch.Tensor), _("router(x, {task}) must return a tensor, got {type}").format(
+        task=repr(first), type=type(out).__name__))
+    _expect_every_route(router, heads, x)
+    _expect_gradient_through_head(router, heads[trained], x, trained)
     return router.train()
 
 
@@ -397,58 +440,57 @@ def _state(module: nn.Module) -> tuple[list[tuple[str, bool]], dict[str, torch.T
     return _modes(module), {k: t.detach().clone() for k, t in _tensors(module).items()}
 
 
-def _check_copies(copies: object, module: nn.Module, n: int, call: str, before, seen: TorchCalls) -> None:
+def _expect_module_left_alone(module: nn.Module, call: str, before) -> None:
+    """``call`` left the module's modes and values as they were."""
     modes, values = before
     original = _tensors(module)
-    expect(
-        _modes(module) == modes
-        and all(k in original and torch.equal(original[k].detach(), v) for k, v in values.items()),
-        _("{call} changed the module itself (its train/eval mode or its values): leave it as it is; copy.deepcopy "
-          "reads it without changing it").format(call=call),
-    )
-    expect(
-        isinstance(copies, nn.ModuleList),
-        _("{call} must return an nn.ModuleList, got {type}: a plain list (or an nn.Sequential) "
-          "is not what the task asks for, and a list is not registered when assigned to a module").format(
-              call=call, type=type(copies).__name__),
-    )
+    expect(_modes(module) == modes
+           and all(k in original and torch.equal(original[k].detach(), v) for k, v in values.items()),
+           _("{call} changed the module itself (its train/eval mode or its values): leave it as it is; copy.deepcopy "
+             "reads it without changing it").format(call=call))
+
+
+def _expect_n_copies(copies: object, module: nn.Module, n: int, call: str, seen: TorchCalls) -> None:
+    """``call`` returned an nn.ModuleList of ``n`` distinct copies, none the module, none moved."""
+    expect(isinstance(copies, nn.ModuleList),
+           _("{call} must return an nn.ModuleList, got {type}: a plain list (or an nn.Sequential) "
+             "is not what the task asks for, and a list is not registered when assigned to a module").format(
+                 call=call, type=type(copies).__name__))
     expect(len(copies) == n, _("{call} must hold {n} copies, got {count}").format(call=call, n=n, count=len(copies)))
-    expect(
-        len({id(c) for c in copies}) == n,
-        _("{call} holds the same object more than once, so the copies share their weights: [m] * n repeats one "
-          "object (and deepcopy of such a list keeps it one object); deep-copy the module once per copy").format(
-              call=call),
-    )
-    expect(
-        all(c is not module for c in copies),
-        _("{call} contains the original module itself: every entry must be a copy, independent of the original").format(
-            call=call),
-    )
+    expect(len({id(c) for c in copies}) == n,
+           _("{call} holds the same object more than once, so the copies share their weights: [m] * n repeats one "
+             "object (and deepcopy of such a list keeps it one object); deep-copy the module once per copy").format(
+                 call=call))
+    expect(all(c is not module for c in copies),
+           _("{call} contains the original module itself: every entry must be a copy, independent of the "
+             "original").format(call=call))
     expect(not seen.moves, _("each copy must stay on the module's device, and {call} moved tensors ({calls}): "
                              "copy.deepcopy keeps them where they are, do not move the copies").format(
                                  call=call, calls=", ".join(seen.moves)))
+
+
+def _expect_same_tensor_kinds(copies: nn.ModuleList, module: nn.Module, original: dict[str, torch.Tensor]) -> None:
+    """Each copy has the module's parameters and buffers, as trainable as the module's, and none of its objects."""
     for c in copies:
         mine = _tensors(c)
-        expect(
-            set(mine) == set(original),
-            _("each copy must have the same parameters and buffers as the module: {names}").format(
-                names=sorted(original)),
-        )
+        expect(set(mine) == set(original),
+               _("each copy must have the same parameters and buffers as the module: {names}").format(
+                   names=sorted(original)))
         params = [name for name, _ in module.named_parameters()]
-        expect(
-            [name for name, _ in c.named_parameters()] == params,
-            _("each copy must keep the module's parameters as parameters ({names}), so that it trains on its own: "
-              "copy.deepcopy keeps them; a tensor registered as a buffer instead is never trained").format(
-                  names=params),
-        )
-        expect(
-            [p.requires_grad for p in c.parameters()] == [p.requires_grad for p in module.parameters()],
-            _("each copy's parameters must require grad where the module's do, so that it trains on its own: "
-              "copy.deepcopy keeps the flags; do not freeze the copies with requires_grad_(False)"),
-        )
+        expect([name for name, _ in c.named_parameters()] == params,
+               _("each copy must keep the module's parameters as parameters ({names}), so that it trains on its own: "
+                 "copy.deepcopy keeps them; a tensor registered as a buffer instead is never trained").format(
+                     names=params))
+        expect([p.requires_grad for p in c.parameters()] == [p.requires_grad for p in module.parameters()],
+               _("each copy's parameters must require grad where the module's do, so that it trains on its own: "
+                 "copy.deepcopy keeps the flags; do not freeze the copies with requires_grad_(False)"))
         shared = [k for k in original if mine[k] is original[k]]
         expect(not shared, _("a copy shares {name} with the original: copy.copy is shallow (it keeps the same "
                              "Parameter objects); use copy.deepcopy").format(name=repr(shared[0]) if shared else ""))
+
+
+def _expect_own_memory(copies: nn.ModuleList, original: dict[str, torch.Tensor]) -> None:
+    """No tensor of a copy shares memory with the module or with another copy."""
     seen_memory = {t.untyped_storage().data_ptr() for t in original.values()}
     for c in copies:
         for k, t in _tensors(c).items():
@@ -457,9 +499,14 @@ def _check_copies(copies: object, module: nn.Module, n: int, call: str, before, 
                                              "each copy needs tensors of its own (copy.deepcopy gives them)").format(
                                                  name=repr(k)))
             seen_memory.add(ptr)
+
+
+def _expect_same_values_and_modes(copies: nn.ModuleList, original: dict[str, torch.Tensor],
+                                  modes: list[tuple[str, bool]], seen: TorchCalls) -> None:
+    """Each copy starts with the module's dtypes and values, and in its train/eval mode, submodule by submodule."""
     shown = ", ".join(f"{name} {'train' if training else 'eval'}" for name, training in modes)
     drawn = sorted({".uniform_", ".normal_", ".random_", "kaiming_uniform_", "rand", "randn"} & seen.names)
-    converted = sorted({".float", ".double", ".half", ".to", ".type"} & seen.names)
+    converted = sorted(_CONVERSIONS & seen.names)
     for c in copies:
         mine = _tensors(c)
         for k, t in original.items():
@@ -475,12 +522,10 @@ def _check_copies(copies: object, module: nn.Module, n: int, call: str, before, 
                                              "buffers, a new layer or reset_parameters() draws new ones").format(
                                                  calls=", ".join(drawn)) if drawn
                        else _("Why is not known from here: copy.deepcopy copies parameters and buffers")))
-        expect(
-            _modes(c) == modes,
-            _("each copy must be in the module's train/eval mode, submodule by submodule (here: {modes}): "
-              "copy.deepcopy keeps every flag; calling .train() or .eval() on a copy sets them all alike").format(
-                  modes=shown),
-        )
+        expect(_modes(c) == modes,
+               _("each copy must be in the module's train/eval mode, submodule by submodule (here: {modes}): "
+                 "copy.deepcopy keeps every flag; calling .train() or .eval() on a copy sets them all alike").format(
+                     modes=shown))
 
 
 _ANY_MODULE = {
@@ -495,7 +540,12 @@ def _clones(clones, module: nn.Module, n: int, calling: str, call: str) -> nn.Mo
     with learner_code(calling, _("not known from here: the error is in clones(module, n)"),
                       causes=translated(_ANY_MODULE)), TorchCalls() as seen:
         copies = clones(module, n)
-    _check_copies(copies, module, n, call, before, seen)
+    _expect_module_left_alone(module, call, before)
+    _expect_n_copies(copies, module, n, call, seen)
+    original = _tensors(module)
+    _expect_same_tensor_kinds(copies, module, original)
+    _expect_own_memory(copies, original)
+    _expect_same_values_and_modes(copies, original, before[0], seen)
     return copies
 
 

@@ -7,12 +7,13 @@ import functools
 import inspect
 import numbers
 from collections.abc import Callable, Iterable, Iterator
+from types import SimpleNamespace
 
 import torch
 from torch import nn
 
 from utils.checks import exercise, expect, keeps_global_rng, learner_code
-from utils.exercises.common import translated
+from utils.exercises.common import shape_of, translated
 from utils.i18n import N_, _
 
 __all__ = ["check_count_parameters", "check_load_checked", "check_tied_lm"]
@@ -20,32 +21,27 @@ __all__ = ["check_count_parameters", "check_load_checked", "check_tied_lm"]
 _ASSIGN = N_("assign the Parameter in __init__ (self.head.weight = self.embed.weight)")
 
 
-def _untied_hint(embed: nn.Embedding, head: nn.Linear, forward: Callable[[], object]) -> str:
+def _untied_hint(model: nn.Module, tokens: torch.Tensor) -> str:
     """Why ``head.weight`` is not ``embed.weight`` right after construction, as precisely as can be told."""
+    embed, head = model.embed, model.head
     same_memory = embed.weight.data_ptr() == head.weight.data_ptr()
     equal = embed.weight.shape == head.weight.shape and torch.equal(embed.weight.detach(), head.weight.detach())
-    forward()
+    _run(model, tokens, _("calling the model on a (3, 7) batch of token ids"))
     if head.weight is embed.weight:
-        return _(
-            "the tie appears only after the first forward pass: right after TiedLM(...) is built, "
-            "parameters() still lists two matrices, so an optimizer built then (the usual order) trains two "
-            "weights and saving before a forward saves two. Instead, {advice}"
-        ).format(advice=_(_ASSIGN))
-    if same_memory:
-        return _(
-            "head.weight shares memory with embed.weight but is a different Parameter (nn.Parameter(... .detach()) "
-            "or .data = ...): each gets its own gradient and the optimizer updates the memory twice. "
-            "Share the Parameter object itself: {advice}"
-        ).format(advice=_(_ASSIGN))
-    if equal:
-        return _(
-            "head.weight and embed.weight hold equal values but are two Parameters: copying the values "
-            "(copy_, clone) gives two weights that drift apart at the first update. Share the object: {advice}"
-        ).format(advice=_(_ASSIGN))
-    return _(
-        "head.weight and embed.weight are two different matrices: the model has two layers where one "
-        "weight should be shared. Create both, then {advice}"
-    ).format(advice=_(_ASSIGN))
+        hint = _("the tie appears only after the first forward pass: right after TiedLM(...) is built, "
+                 "parameters() still lists two matrices, so an optimizer built then (the usual order) trains two "
+                 "weights and saving before a forward saves two. Instead, {advice}")
+    elif same_memory:
+        hint = _("head.weight shares memory with embed.weight but is a different Parameter (nn.Parameter(... "
+                 ".detach()) or .data = ...): each gets its own gradient and the optimizer updates the memory twice. "
+                 "Share the Parameter object itself: {advice}")
+    elif equal:
+        hint = _("head.weight and embed.weight hold equal values but are two Parameters: copying the values "
+                 "(copy_, clone) gives two weights that drift apart at the first update. Share the object: {advice}")
+    else:
+        hint = _("head.weight and embed.weight are two different matrices: the model has two layers where one "
+                 "weight should be shared. Create both, then {advice}")
+    return hint.format(advice=_(_ASSIGN))
 
 
 def _head_gradient(head: nn.Linear) -> tuple[list[int], list[torch.Tensor], Callable[[], None]]:
@@ -64,14 +60,24 @@ def _head_gradient(head: nn.Linear) -> tuple[list[int], list[torch.Tensor], Call
     return calls, parts, head.register_forward_hook(record).remove
 
 
-def _check_tied_lm_once(cls: type[nn.Module], vocab: int, dim: int, seed: int) -> None:
+def _run(model: nn.Module, tokens: torch.Tensor, what: str) -> object:
+    """``model(tokens)``; an error in it is reported as raised while ``what``."""
+    with learner_code(what, _("the error is in your forward")):
+        return model(tokens)
+
+
+def _tied_model(cls: type[nn.Module], vocab: int, dim: int, seed: int) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    """``cls(vocab, dim)`` from ``seed``, a (3, 7) batch from the vocabulary's lower half only, and targets."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         with learner_code(_("building TiedLM({vocab}, {dim})").format(vocab=vocab, dim=dim),
                           _("the error is in your __init__")):
             model = cls(vocab, dim)
-        tokens = torch.randint(0, vocab // 2, (3, 7))  # the upper half of the vocabulary is absent from the batch
-        targets = torch.randint(0, vocab, (3, 7))
+        return model, torch.randint(0, vocab // 2, (3, 7)), torch.randint(0, vocab, (3, 7))
+
+
+def _expect_layers(model: nn.Module, vocab: int, dim: int) -> tuple[nn.Embedding, nn.Linear]:
+    """The model keeps an nn.Embedding(vocab, dim) in self.embed and a bias-free nn.Linear(dim, vocab) in self.head."""
     expect(isinstance(model, nn.Module), _("TiedLM must subclass nn.Module"))
     embed, head = getattr(model, "embed", None), getattr(model, "head", None)
     expect(isinstance(embed, nn.Embedding) and isinstance(head, nn.Linear),
@@ -86,13 +92,14 @@ def _check_tied_lm_once(cls: type[nn.Module], vocab: int, dim: int, seed: int) -
              "the embedding's shape ({vocab}, {dim}) without any transpose").format(
                  dim=dim, vocab=vocab, in_features=head.in_features, out_features=head.out_features))
     expect(head.bias is None, _("the head has no bias: nn.Linear(dim, vocab_size, bias=False)"))
+    return embed, head
 
-    def first_forward() -> None:
-        with learner_code(_("calling the model on a (3, 7) batch of token ids"), _("the error is in your forward")):
-            model(tokens)
 
+def _expect_tied_when_built(model: nn.Module, tokens: torch.Tensor, vocab: int, dim: int) -> None:
+    """Right after construction, head.weight is embed.weight: one trainable (vocab, dim) Parameter."""
+    embed, head = model.embed, model.head
     if head.weight is not embed.weight:
-        expect(False, _untied_hint(embed, head, first_forward))
+        expect(False, _untied_hint(model, tokens))
     shared = [p for p in model.parameters() if p.shape == (vocab, dim)]
     expect(len(shared) == 1, _("the model holds {count} ({vocab}, {dim}) parameters; a tied model holds one").format(
         count=len(shared), vocab=vocab, dim=dim))
@@ -100,15 +107,17 @@ def _check_tied_lm_once(cls: type[nn.Module], vocab: int, dim: int, seed: int) -
            _("the shared weight does not require grad (requires_grad_(False) froze it): it must train, through both "
              "of its uses"))
 
+
+def _expect_gradient_through_both_uses(model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor,
+                                       vocab: int) -> torch.Tensor:
+    """The logits come through self.head, and a loss trains the shared weight through both uses."""
+    embed, head = model.embed, model.head
     calls, parts, remove = _head_gradient(head)
     try:
-        with learner_code(_("calling the model on a (3, 7) batch of token ids"), _("the error is in your forward")):
-            logits = model(tokens)
+        logits = _run(model, tokens, _("calling the model on a (3, 7) batch of token ids"))
         expect(isinstance(logits, torch.Tensor) and logits.shape == (3, 7, vocab),
                _("model(tokens) with tokens of shape (3, 7) must return logits of shape (3, 7, {vocab}); "
-                 "got {shape}").format(
-                     vocab=vocab,
-                     shape=tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__))
+                 "got {shape}").format(vocab=vocab, shape=shape_of(logits)))
         expect(bool(calls), _("self.head was never called: the logits must be the output of self.head, so that "
                               "the shared weight is used (and trained) there too"))
         expect(logits.requires_grad,
@@ -121,32 +130,32 @@ def _check_tied_lm_once(cls: type[nn.Module], vocab: int, dim: int, seed: int) -
     grad = embed.weight.grad
     expect(grad is not None and bool(grad.abs().sum() > 0), _("the loss gives the shared weight no gradient at all"))
     # The two uses' parts: the head's (recorded at each call) and the embedding's (the rest).
-    through_head = sum(parts, torch.zeros(vocab, dim))
-    through_embed = grad.float() - through_head
-    scale = float(grad.abs().max())
+    through_embed = grad.float() - sum(parts, torch.zeros(grad.shape))
     present = torch.zeros(vocab, dtype=torch.bool)
     present[tokens.flatten()] = True
     expect(bool(grad[~present].abs().sum(dim=1).gt(0).all()),
            _("no gradient reaches the shared weight through the head: the rows of the tokens absent from the batch, "
              "which only the head's use reaches, got none. self.head must use the shared weight as it is (not "
              "detached), so that the head's use trains it too"))
-    expect(bool(through_embed[present].abs().max() > 1e-3 * scale),
+    expect(bool(through_embed[present].abs().max() > 1e-3 * float(grad.abs().max())),
            _("no gradient reaches the shared weight through the embedding: the rows of the tokens in the batch learn "
              "from the head only. The embedding's output must stay in the graph: no .detach(), .data or "
              "torch.no_grad() around self.embed(tokens)"))
+    return logits
 
+
+def _expect_logits_from_head(model: nn.Module, tokens: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """In eval mode the logits are self.head's output: shifting that shifts every logit alike."""
     model.eval()
-    forward_hint = _("the error is in your forward")
-    with torch.no_grad(), learner_code(_("calling the model in eval mode on the batch"), forward_hint):
-        together = model(tokens)
+    with torch.no_grad():
+        together = _run(model, tokens, _("calling the model in eval mode on the batch"))
     # The head may run once or many times (per step, per sample), on any view of its input: if each of its
     # outputs is shifted by `delta` (one exact value per vocabulary entry), every logit must shift by it.
-    delta = torch.arange(vocab, dtype=torch.float32) / 8 + 1
-    handle = head.register_forward_hook(lambda module, args, output: output + delta)
+    delta = torch.arange(logits.shape[-1], dtype=torch.float32) / 8 + 1
+    handle = model.head.register_forward_hook(lambda module, args, output: output + delta)
     try:
-        with torch.no_grad(), learner_code(_("calling the model in eval mode on the batch"),
-                                           _("the error is in your forward")):
-            shifted = model(tokens)
+        with torch.no_grad():
+            shifted = _run(model, tokens, _("calling the model in eval mode on the batch"))
     finally:
         handle.remove()
     expect(isinstance(together, torch.Tensor) and together.shape == logits.shape and together.is_floating_point()
@@ -155,7 +164,7 @@ def _check_tied_lm_once(cls: type[nn.Module], vocab: int, dim: int, seed: int) -
            and torch.allclose((shifted - together).float(), delta.expand(together.shape), atol=1e-4),
            _("the logits must be the output of self.head: return what self.head returns (reshaped or transposed "
              "back to (batch, seq, vocab_size) if need be), not logits computed beside it or transformed after it"))
-    _expect_samples_apart(model, tokens, together)
+    return together
 
 
 def _sequence_first(module: nn.Module) -> bool:
@@ -175,9 +184,9 @@ def _expect_samples_apart(model: nn.Module, tokens: torch.Tensor, together: torc
     say what was seen: the right logits in a sequence-first order, a sequence-first layer, or samples mixed."""
     alone = []
     for b in range(tokens.shape[0]):
-        what = _("calling the model in eval mode on sample {b} alone, a (1, {seq}) batch")
-        with torch.no_grad(), learner_code(what.format(b=b, seq=tokens.shape[1]), _("the error is in your forward")):
-            one = model(tokens[b:b + 1])
+        with torch.no_grad():
+            one = _run(model, tokens[b:b + 1], _("calling the model in eval mode on sample {b} alone, a (1, {seq}) "
+                                                 "batch").format(b=b, seq=tokens.shape[1]))
         expect(isinstance(one, torch.Tensor) and one.shape == (1, *together.shape[1:]),
                _("a (1, {seq}) batch must give logits of shape (1, {seq}, {vocab}); got {shape}: the batch dimension "
                  "must stay, even when it is 1").format(seq=tokens.shape[1], vocab=together.shape[-1],
@@ -214,8 +223,13 @@ def check_tied_lm(cls: type[nn.Module]) -> None:
     the output of ``head``, each sample's from its own tokens (compared with batches of one), and gradients
     must reach the shared weight through both uses. Tried with two sizes, ``(50, 12)`` and ``(23, 8)``.
     """
-    _check_tied_lm_once(cls, 50, 12, seed=0)
-    _check_tied_lm_once(cls, 23, 8, seed=1)
+    for vocab, dim, seed in ((50, 12, 0), (23, 8, 1)):
+        model, tokens, targets = _tied_model(cls, vocab, dim, seed)
+        _expect_layers(model, vocab, dim)
+        _expect_tied_when_built(model, tokens, vocab, dim)
+        logits = _expect_gradient_through_both_uses(model, tokens, targets, vocab)
+        together = _expect_logits_from_head(model, tokens, logits)
+        _expect_samples_apart(model, tokens, together)
 
 
 class _CountedLM(nn.Module):
@@ -297,19 +311,14 @@ _COUNTING_ERRORS = {
 }
 
 
-@exercise("Exercise 2 · Count parameters once")
-@keeps_global_rng
-def check_count_parameters(count: Callable[[nn.Module], int]) -> None:
-    """``count(model)``: the trainable numbers in ``model``, each shared tensor once, no buffers, meta too.
-
-    Each model separates near misses: counting tensors, weights only, every name, state_dict(), buffers, frozen
-    parameters, equal shapes or values, data_ptr() (all 0 on meta), one level of the tree, a filter on p.grad."""
+def _count_cases() -> list[tuple[str, nn.Module, int, str]]:
+    """(what the model is, the model, its count, what the count is made of): English, translated where shown."""
     shared = nn.Linear(3, 3)
     frozen = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
     frozen[0].requires_grad_(False)
     on_meta = _CountedLM().to("meta")  # built on the CPU: nn.Embedding's init on meta would import torch._dynamo
     on_meta.head.weight = on_meta.embed.weight  # a move to meta unties (chapter 03, section 4): tie again
-    cases = [  # (what the model is, the model, its count, what the count is made of): English, translated below
+    return [
         ("nn.Linear(3, 2)", nn.Linear(3, 2), 8, N_("3*2 weights and 2 biases")),
         (N_("a layer used twice"), nn.Sequential(shared, nn.ReLU(), shared), 12, N_("one Linear(3, 3), once")),
         (N_("a nested network, Sequential(Sequential(Linear(2, 3), ReLU()), Linear(3, 2))"),
@@ -323,38 +332,57 @@ def check_count_parameters(count: Callable[[nn.Module], int]) -> None:
         (N_("the tied language model built on the meta device"), on_meta, 1600 + 272 + 32,
          N_("the same count as with memory")),
     ]
-    for label_en, model, expected, made_of in cases:
-        label = _(label_en)
-        with learner_code(_("calling count_parameters on {model}").format(model=label),
-                          _("not known from here: the error is in your count_parameters"),
-                          causes=translated(_COUNTING_ERRORS)):
-            got = count(model)
-        expect(isinstance(got, numbers.Integral) and not isinstance(got, bool),
-               _("return an int, got {type} (for {model}); wrap a tensor or float in int(...)").format(
-                   type=type(got).__name__, model=label))
-        got = int(got)  # a NumPy integer (np.sum of the sizes) counts too
-        if got == 0 != expected:  # a fresh model has no .grad yet: a filter on p.grad keeps nothing
-            probe = nn.Linear(3, 2)
-            probe.weight.grad = torch.zeros_like(probe.weight)
-            with learner_code(_("calling count_parameters on nn.Linear(3, 2) whose weight alone has a .grad"),
-                              _("not known from here: the error is in your count_parameters")):
-                on_probe = count(probe)
-            expect(not (isinstance(on_probe, numbers.Integral) and on_probe == 6),
-                   _("for {model} expected {expected}, got 0: p.grad is None until a backward pass has run, so a "
-                     "model fresh from __init__ has no gradients, yet all its parameters are trainable. Filter on "
-                     "p.requires_grad, not on p.grad").format(model=label, expected=expected))
-            expect(not isinstance(model, nn.Linear),
-                   _("for {model}, a bare layer without submodules, expected {expected}, got 0: the layer's own "
-                     "parameters were not counted. A walk over children() (or named_children()) finds nothing in a "
-                     "bare layer; model.parameters() yields the model's own parameters and every submodule's").format(
-                         model=label, expected=expected))
-        cause = next((why for near, why in _near_misses(model) if near == got != expected), None)
-        if cause is not None:
-            expect(False, _("for {model} expected {expected} ({made_of}), got {count}: {cause}").format(
-                model=label, expected=expected, made_of=_(made_of), count=got, cause=_(cause)))
-        expect(got == expected, _("for {model} expected {expected} ({made_of}), got {count}: sum p.numel() over "
-                                  "model.parameters(), keeping p.requires_grad").format(
-                                      model=label, expected=expected, made_of=_(made_of), count=got))
+
+
+def _expect_zero_explained(count: Callable[[nn.Module], int], model: nn.Module, label: str, expected: int) -> None:
+    """A count of 0 is not a filter on p.grad (None before any backward), nor a walk that skips a bare layer."""
+    probe = nn.Linear(3, 2)
+    probe.weight.grad = torch.zeros_like(probe.weight)
+    with learner_code(_("calling count_parameters on nn.Linear(3, 2) whose weight alone has a .grad"),
+                      _("not known from here: the error is in your count_parameters")):
+        on_probe = count(probe)
+    expect(not (isinstance(on_probe, numbers.Integral) and on_probe == 6),
+           _("for {model} expected {expected}, got 0: p.grad is None until a backward pass has run, so a "
+             "model fresh from __init__ has no gradients, yet all its parameters are trainable. Filter on "
+             "p.requires_grad, not on p.grad").format(model=label, expected=expected))
+    expect(not isinstance(model, nn.Linear),
+           _("for {model}, a bare layer without submodules, expected {expected}, got 0: the layer's own "
+             "parameters were not counted. A walk over children() (or named_children()) finds nothing in a "
+             "bare layer; model.parameters() yields the model's own parameters and every submodule's").format(
+                 model=label, expected=expected))
+
+
+def _expect_count(count: Callable[[nn.Module], int], label: str, model: nn.Module, expected: int,
+                  made_of: str) -> None:
+    """``count(model)`` is the int ``expected``; a near miss is named by what it counted."""
+    with learner_code(_("calling count_parameters on {model}").format(model=label),
+                      _("not known from here: the error is in your count_parameters"),
+                      causes=translated(_COUNTING_ERRORS)):
+        got = count(model)
+    expect(isinstance(got, numbers.Integral) and not isinstance(got, bool),
+           _("return an int, got {type} (for {model}); wrap a tensor or float in int(...)").format(
+               type=type(got).__name__, model=label))
+    got = int(got)  # a NumPy integer (np.sum of the sizes) counts too
+    if got == 0 != expected:  # a fresh model has no .grad yet: a filter on p.grad keeps nothing
+        _expect_zero_explained(count, model, label, expected)
+    cause = next((why for near, why in _near_misses(model) if near == got != expected), None)
+    if cause is not None:
+        expect(False, _("for {model} expected {expected} ({made_of}), got {count}: {cause}").format(
+            model=label, expected=expected, made_of=_(made_of), count=got, cause=_(cause)))
+    expect(got == expected, _("for {model} expected {expected} ({made_of}), got {count}: sum p.numel() over "
+                              "model.parameters(), keeping p.requires_grad").format(
+                                  model=label, expected=expected, made_of=_(made_of), count=got))
+
+
+@exercise("Exercise 2 · Count parameters once")
+@keeps_global_rng
+def check_count_parameters(count: Callable[[nn.Module], int]) -> None:
+    """``count(model)``: the trainable numbers in ``model``, each shared tensor once, no buffers, meta too.
+
+    Each model separates near misses: counting tensors, weights only, every name, state_dict(), buffers, frozen
+    parameters, equal shapes or values, data_ptr() (all 0 on meta), one level of the tree, a filter on p.grad."""
+    for label, model, expected, made_of in _count_cases():
+        _expect_count(count, _(label), model, expected, made_of)
 
 
 class _TinyLM(nn.Module):
@@ -420,52 +448,60 @@ def _calls(model: nn.Module, method: str) -> Iterator[list[dict[str, object]]]:
         del model.__dict__[method]
 
 
-@exercise("Exercise 3 · Refuse an untied checkpoint")
-@keeps_global_rng
-def check_load_checked(load: Callable[[nn.Module, dict], object]) -> None:
-    """``load(model, state_dict)`` loads, unless names sharing one Parameter carry different values.
-
-    Then it raises ``ValueError`` naming those keys and leaves ``model`` unchanged. Ties are found by
-    identity: equal shapes or values are not ties, and tied entries need not share storage in the file.
-    """
+def _load_cases() -> SimpleNamespace:
+    """The models and checkpoints of Exercise 3, drawn in one fixed order from seed 0."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        model, other = _perturbed(_TinyLM(), 1), _perturbed(_TinyLM(), 2)
-        untied = _perturbed(_TinyLM(tie=False), 3).state_dict()
-        twins, twins_file = _Twins(), _perturbed(_Twins(), 4).state_dict()
+        cases = SimpleNamespace(model=_perturbed(_TinyLM(), 1), other=_perturbed(_TinyLM(), 2))
+        cases.untied = _perturbed(_TinyLM(tie=False), 3).state_dict()
+        cases.twins, cases.twins_file = _Twins(), _perturbed(_Twins(), 4).state_dict()
         layer = nn.Linear(3, 3)
-        shared = nn.Sequential(layer, nn.ReLU(), layer)
-        shared_file = {"0.weight": torch.randn(3, 3), "0.bias": torch.randn(3),
-                       "2.weight": torch.randn(3, 3), "2.bias": torch.randn(3)}
-        thrice = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
-        thrice.extend([thrice[0], nn.ReLU(), thrice[0]])       # one Linear under the names 0, 2 and 4
-        thrice_file = {k: v + 0.5 for k, v in thrice.state_dict().items()}   # tied, and new to the model
-        normed, normed_file = _normed(), _perturbed(_normed(), 9).state_dict()
-        deep = nn.Sequential(nn.Sequential(nn.Linear(3, 3), nn.Tanh()), nn.Linear(3, 3))
-        deep[1].weight = deep[0][0].weight                     # tied across two levels: 0.0.weight and 1.weight
-        deep_file = {k: torch.randn(v.shape) for k, v in deep.state_dict().items()}
-        bare, bare_file = nn.Linear(3, 3), nn.Linear(3, 3).state_dict()
-        normed_file.update({"1.running_mean": torch.randn(4), "1.running_var": torch.rand(4) + 0.5,
-                            "1.num_batches_tracked": torch.tensor(3)})
+        cases.shared = nn.Sequential(layer, nn.ReLU(), layer)
+        cases.shared_file = {"0.weight": torch.randn(3, 3), "0.bias": torch.randn(3),
+                             "2.weight": torch.randn(3, 3), "2.bias": torch.randn(3)}
+        cases.thrice = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
+        cases.thrice.extend([cases.thrice[0], nn.ReLU(), cases.thrice[0]])  # one Linear under the names 0, 2 and 4
+        cases.thrice_file = {k: v + 0.5 for k, v in cases.thrice.state_dict().items()}  # tied, and new to the model
+        cases.normed, cases.normed_file = _normed(), _perturbed(_normed(), 9).state_dict()
+        cases.deep = nn.Sequential(nn.Sequential(nn.Linear(3, 3), nn.Tanh()), nn.Linear(3, 3))
+        cases.deep[1].weight = cases.deep[0][0].weight  # tied across two levels: 0.0.weight and 1.weight
+        cases.deep_file = {k: torch.randn(v.shape) for k, v in cases.deep.state_dict().items()}
+        cases.bare, cases.bare_file = nn.Linear(3, 3), nn.Linear(3, 3).state_dict()
+        cases.normed_file.update({"1.running_mean": torch.randn(4), "1.running_var": torch.rand(4) + 0.5,
+                                  "1.num_batches_tracked": torch.tensor(3)})
+    return cases
 
-    id_hint = _("find the names that share one Parameter by identity, e.g. group "
-                "model.named_parameters(remove_duplicate=False) by id(p)")
 
-    # 1. A tied checkpoint into a tied model: it loads, and the tie stays.
-    tied_file = other.state_dict()
-    unknown = _("not known from here: the error is in your load_checked")
-    with learner_code(_("calling load_checked(tied model, tied checkpoint)"), unknown):
+_ID_HINT = N_("find the names that share one Parameter by identity, e.g. group "
+              "model.named_parameters(remove_duplicate=False) by id(p)")
+
+
+def _load_unrefused(load: Callable[[nn.Module, dict], object], model: nn.Module, state: dict, what: str,
+                    refused: Callable[[ValueError], str] | None, causes: dict[str, str] | None = None) -> None:
+    """``load(model, state)`` raises no ValueError; ``refused(error)`` is the hint if it does."""
+    with learner_code(what, _("not known from here: the error is in your load_checked"), causes=causes):
         try:
-            load(model, tied_file)
+            load(model, state)
         except ValueError as err:
-            by_shape = "norm.weight" in str(err) and "norm.bias" in str(err)  # untied, equal shapes, unequal values
-            expect(not by_shape, _("a tied checkpoint (embed.weight equal to head.weight) was refused ({error}): "
-                                   "norm.weight and norm.bias have equal shapes but are two Parameters. A tie is an "
-                                   "identity, not equal shapes: {advice}").format(error=err, advice=id_hint))
-            expect(False, _("a tied checkpoint (embed.weight equal to head.weight) was refused ({error}): its names "
-                            "that share one Parameter agree, so it must load. {advice}").format(
-                                error=err, advice=id_hint))
-    expect(_holds(model, tied_file), _("a tied checkpoint must be loaded: call model.load_state_dict(state_dict)"))
+            if refused is None:
+                raise
+            expect(False, refused(err))
+
+
+def _tied_refusal(err: ValueError) -> str:
+    by_shape = "norm.weight" in str(err) and "norm.bias" in str(err)  # untied, equal shapes, unequal values
+    if by_shape:
+        return _("a tied checkpoint (embed.weight equal to head.weight) was refused ({error}): norm.weight and "
+                 "norm.bias have equal shapes but are two Parameters. A tie is an identity, not equal shapes: "
+                 "{advice}").format(error=err, advice=_(_ID_HINT))
+    return _("a tied checkpoint (embed.weight equal to head.weight) was refused ({error}): its names that share one "
+             "Parameter agree, so it must load. {advice}").format(error=err, advice=_(_ID_HINT))
+
+
+def _expect_tied_checkpoint_loaded(load: Callable[[nn.Module, dict], object], model: nn.Module, state: dict) -> None:
+    """A tied checkpoint loads into a tied model, and the tie stays one Parameter."""
+    _load_unrefused(load, model, state, _("calling load_checked(tied model, tied checkpoint)"), _tied_refusal)
+    expect(_holds(model, state), _("a tied checkpoint must be loaded: call model.load_state_dict(state_dict)"))
     embed_w, head_w = model.embed.weight, model.head.weight
     expect(head_w is embed_w or head_w.data_ptr() != embed_w.data_ptr(),
            _("the model lost its tie: head.weight and embed.weight are now two Parameters over one memory, as "
@@ -477,151 +513,170 @@ def check_load_checked(load: Callable[[nn.Module, dict], object]) -> None:
              "replaced while loading. Load with model.load_state_dict(state_dict), which copies the values into the "
              "existing, tied Parameter"))
 
-    # 2. An untied checkpoint into a tied model: ValueError naming both keys, the model untouched.
-    def refuses(target: nn.Module, state: dict, keys: tuple[str, ...] | list[tuple[str, ...]],
-                checkpoint: tuple[str, str], why: str = "") -> None:
-        """``keys``: the keys the message must name; a list gives several groups that disagree, and naming the
-        keys of any one of them will do (an answer may stop at the first group it finds, in any order).
-        ``checkpoint``: what is loaded, as said within a sentence and at its start (two messages)."""
-        what, subject = checkpoint
-        alternatives = keys if isinstance(keys, list) else [keys]
-        before = _snapshot(target)
-        raised = other_error = None
-        with learner_code(_("calling load_checked with {checkpoint}").format(checkpoint=what),
-                          _("not known from here: the error is in your load_checked")), \
-                _calls(target, "named_parameters") as walks:
-            try:
-                load(target, state)
-            except ValueError as err:
-                raised = err
-            except (AssertionError, RuntimeError) as err:  # an assert, or a refusal of another type
-                if isinstance(err, NotImplementedError):  # the stub's, or torch's: not a refusal
-                    raise
-                other_error = err
-        expect(other_error is None,
-               _("with {checkpoint}, your load_checked raised {error}: when tied names disagree, raise ValueError "
-                 "(not assert, not RuntimeError)").format(
-                     checkpoint=what, error=f"{type(other_error).__name__}: {other_error}"))
-        expect(raised is not None or not _holds(target, before),
-               _("nothing happened with {checkpoint}: load it, or raise ValueError when tied names disagree").format(
-                   checkpoint=what))
-        once = walks and not any(walk["remove_duplicate"] is False for walk in walks)
-        expect(raised is not None or why or not once,
-               _("{checkpoint} was loaded without complaint, and one of the two matrices is now lost. Your "
-                 "load_checked walked model.named_parameters(), which lists a shared Parameter once, under its first "
-                 "name, so no group ever had two names: named_parameters(remove_duplicate=False) lists every "
-                 "owner's name").format(checkpoint=subject))
-        expect(raised is not None,
-               _("{checkpoint} was loaded without complaint, and one of the two matrices is now lost. {advice}").format(
-                   checkpoint=subject,
-                   advice=why or _("Before loading, compare the values of every group of names that share one "
-                                   "Parameter, and raise ValueError when they differ")))
-        expect(_holds(target, before),
-               _("the model was changed before the ValueError: check the checkpoint first, then load; "
-                 "when it raises, the model must be unchanged"))
-        expect(any(all(k in str(raised) for k in group) for group in alternatives),
-               _("the ValueError must name the keys that disagree ({keys}); got: {error}").format(
-                   keys=functools.reduce(lambda keys, other_keys: _("{keys}; or {other_keys}").format(
-                       keys=keys, other_keys=other_keys), (", ".join(g) for g in alternatives)),
-                   error=raised))
 
-    refuses(_perturbed(_TinyLM(), 5), untied, ("embed.weight", "head.weight"),
-            (_("an untied checkpoint for a tied model"),
-             _("An untied checkpoint for a tied model")))
+def _expect_refused(load: Callable[[nn.Module, dict], object], target: nn.Module, state: dict,
+                    keys: tuple[str, ...] | list[tuple[str, ...]], checkpoint: tuple[str, str], why: str = "") -> None:
+    """A checkpoint whose tied names disagree raises ValueError naming them, and leaves the model unchanged.
 
-    # 3. No tie at all, although shapes and initial values repeat: it loads.
+    ``keys``: the keys the message must name; a list gives several groups that disagree, and naming the keys of any
+    one of them will do (an answer may stop at the first group it finds, in any order). ``checkpoint``: what is
+    loaded, as said within a sentence and at its start (two messages). ``why``: the likely cause of a load."""
+    what, subject = checkpoint
+    alternatives = keys if isinstance(keys, list) else [keys]
+    before = _snapshot(target)
+    raised = other_error = None
+    with learner_code(_("calling load_checked with {checkpoint}").format(checkpoint=what),
+                      _("not known from here: the error is in your load_checked")), \
+            _calls(target, "named_parameters") as walks:
+        try:
+            load(target, state)
+        except ValueError as err:
+            raised = err
+        except (AssertionError, RuntimeError) as err:  # an assert, or a refusal of another type
+            if isinstance(err, NotImplementedError):  # the stub's, or torch's: not a refusal
+                raise
+            other_error = err
+    expect(other_error is None,
+           _("with {checkpoint}, your load_checked raised {error}: when tied names disagree, raise ValueError "
+             "(not assert, not RuntimeError)").format(
+                 checkpoint=what, error=f"{type(other_error).__name__}: {other_error}"))
+    expect(raised is not None or not _holds(target, before),
+           _("nothing happened with {checkpoint}: load it, or raise ValueError when tied names disagree").format(
+               checkpoint=what))
+    once = walks and not any(walk["remove_duplicate"] is False for walk in walks)
+    expect(raised is not None or why or not once,
+           _("{checkpoint} was loaded without complaint, and one of the two matrices is now lost. Your "
+             "load_checked walked model.named_parameters(), which lists a shared Parameter once, under its first "
+             "name, so no group ever had two names: named_parameters(remove_duplicate=False) lists every "
+             "owner's name").format(checkpoint=subject))
+    expect(raised is not None,
+           _("{checkpoint} was loaded without complaint, and one of the two matrices is now lost. {advice}").format(
+               checkpoint=subject,
+               advice=why or _("Before loading, compare the values of every group of names that share one "
+                               "Parameter, and raise ValueError when they differ")))
+    expect(_holds(target, before),
+           _("the model was changed before the ValueError: check the checkpoint first, then load; "
+             "when it raises, the model must be unchanged"))
+    expect(any(all(k in str(raised) for k in group) for group in alternatives),
+           _("the ValueError must name the keys that disagree ({keys}); got: {error}").format(
+               keys=functools.reduce(lambda keys, other_keys: _("{keys}; or {other_keys}").format(
+                   keys=keys, other_keys=other_keys), (", ".join(g) for g in alternatives)),
+               error=raised))
+
+
+def _expect_no_tie_loaded(load: Callable[[nn.Module, dict], object], twins: nn.Module, state: dict) -> None:
+    """A model without ties, although shapes and initial values repeat, loads its checkpoint."""
     no_such_names = _("this model has no embed.weight or head.weight: do not assume those names exist; "
-                      "{advice}").format(advice=id_hint)
-    with learner_code(_("calling load_checked on a model without ties (two LayerNorm(4), two Linear(4, 4))"), unknown,
-                      causes={"embed.weight": no_such_names, "head.weight": no_such_names}):
-        try:
-            load(twins, twins_file)
-        except ValueError as err:
-            expect(False, _("a model without any tie was refused ({error}): its two LayerNorm layers start with equal "
-                            "values and its layers have equal shapes, but they are separate Parameters. "
-                            "Equal values or shapes are not a tie: {advice}").format(error=err, advice=id_hint))
-    expect(_holds(twins, twins_file), _("a checkpoint for a model without ties must be loaded"))
+                      "{advice}").format(advice=_(_ID_HINT))
+    _load_unrefused(
+        load, twins, state, _("calling load_checked on a model without ties (two LayerNorm(4), two Linear(4, 4))"),
+        lambda err: _("a model without any tie was refused ({error}): its two LayerNorm layers start with equal "
+                      "values and its layers have equal shapes, but they are separate Parameters. "
+                      "Equal values or shapes are not a tie: {advice}").format(error=err, advice=_(_ID_HINT)),
+        causes={"embed.weight": no_such_names, "head.weight": no_such_names})
+    expect(_holds(twins, state), _("a checkpoint for a model without ties must be loaded"))
 
-    # 4. A layer used twice: the tie has other names, and two groups disagree (weights and biases). An answer
-    # may walk the groups in any order and stop at the first: either group's keys will do.
-    refuses(shared, shared_file, [("0.weight", "2.weight"), ("0.bias", "2.bias")],
-            (_("an untied checkpoint for a Sequential that uses one Linear twice"),
-             _("An untied checkpoint for a Sequential that uses one Linear twice")))
 
-    # 5. Tied entries with equal values but separate storage (cloned, or from safetensors): it loads.
-    separate = {k: v.clone() for k, v in _perturbed(_TinyLM(), 6).state_dict().items()}
+def _expect_separate_storage_loaded(load: Callable[[nn.Module, dict], object], separate: dict) -> None:
+    """Tied entries with equal values but separate storage (cloned, or from safetensors) load, keeping the tie."""
     target = _perturbed(_TinyLM(), 7)
-    with learner_code(_("calling load_checked(tied model, tied checkpoint whose tied entries were cloned)"), unknown):
-        try:
-            load(target, separate)
-        except ValueError as err:
-            expect(False, _("a checkpoint whose tied entries are equal but stored separately was refused ({error}): "
-                            "files saved with safetensors or cloned tensors share no memory. Compare the values "
-                            "(torch.equal), not the storage").format(error=err))
+    _load_unrefused(
+        load, target, separate, _("calling load_checked(tied model, tied checkpoint whose tied entries were cloned)"),
+        lambda err: _("a checkpoint whose tied entries are equal but stored separately was refused ({error}): "
+                      "files saved with safetensors or cloned tensors share no memory. Compare the values "
+                      "(torch.equal), not the storage").format(error=err))
     expect(_holds(target, separate) and target.head.weight is target.embed.weight,
            _("a tied checkpoint with separately stored, equal entries must be loaded, keeping the tie"))
 
-    # 6. Tied entries that differ in one number, by a few millionths of it: still two values, one would be lost.
-    nearly = {k: v.clone() for k, v in separate.items()}
-    nearly["head.weight"][0, 0] *= 1 + 4e-6
-    refuses(_perturbed(_TinyLM(), 8), nearly, ("embed.weight", "head.weight"),
-            (_("a checkpoint whose tied entries differ in one number, by four millionths of it"),
-             _("A checkpoint whose tied entries differ in one number, by four millionths of it")),
-            _("Values that differ this little passed as equal: a comparison with a tolerance (torch.allclose, "
-              "isclose, a threshold) calls them equal, yet loading keeps only one of them. Compare exactly, with "
-              "torch.equal"))
 
-    # 7. One Parameter under three names: any one of them may be the odd one out.
+def _expect_every_name_compared(load: Callable[[nn.Module, dict], object], thrice: nn.Module, state: dict) -> None:
+    """One Parameter under three names: any one of them may be the odd one out, and is named."""
     for odd in ("0.weight", "2.weight", "4.weight"):
-        state = {k: v.clone() for k, v in thrice_file.items()}
-        state[odd] += 1
-        refuses(thrice, state, (odd,),
-                (_("a checkpoint where {name}, one of three names of one weight, differs").format(name=odd),
-                 _("A checkpoint where {name}, one of three names of one weight, differs").format(name=odd)),
-                _("A Parameter can have more than two names: compare every name of a group with the first, not "
-                  "just one pair (a dict from one name to the next keeps only the last pair)"))
+        odd_state = {k: v.clone() for k, v in state.items()}
+        odd_state[odd] += 1
+        _expect_refused(load, thrice, odd_state, (odd,),
+                        (_("a checkpoint where {name}, one of three names of one weight, differs").format(name=odd),
+                         _("A checkpoint where {name}, one of three names of one weight, differs").format(name=odd)),
+                        _("A Parameter can have more than two names: compare every name of a group with the first, "
+                          "not just one pair (a dict from one name to the next keeps only the last pair)"))
 
-    # 8. Buffers (BatchNorm's running statistics) are in the checkpoint too, and are not Parameters: it loads.
+
+def _expect_buffers_loaded(load: Callable[[nn.Module, dict], object], normed: nn.Sequential, state: dict) -> None:
+    """Buffers (BatchNorm's running statistics) are in the checkpoint too, and are not Parameters: it loads."""
     buffers_hint = _("a checkpoint also holds buffers (BatchNorm's running_mean, running_var, num_batches_tracked), "
                      "which are not Parameters: take the names that share one Parameter from "
                      "model.named_parameters(remove_duplicate=False), not from the checkpoint's keys "
                      "(model.get_parameter raises on a buffer's name)")
-    with learner_code(_("calling load_checked(tied model with a BatchNorm1d, tied checkpoint)"), unknown,
-                      causes={"is not an nn.Parameter": buffers_hint}):
-        try:
-            load(normed, normed_file)
-        except ValueError as err:
-            expect(False, _("a tied checkpoint for a model with a BatchNorm1d was refused ({error}): {cause}").format(
-                error=err, cause=buffers_hint))
-    expect(_holds(normed, normed_file) and normed[2].weight is normed[0].weight,
+    _load_unrefused(
+        load, normed, state, _("calling load_checked(tied model with a BatchNorm1d, tied checkpoint)"),
+        lambda err: _("a tied checkpoint for a model with a BatchNorm1d was refused ({error}): {cause}").format(
+            error=err, cause=buffers_hint),
+        causes={"is not an nn.Parameter": buffers_hint})
+    expect(_holds(normed, state) and normed[2].weight is normed[0].weight,
            _("a tied checkpoint for a model with a BatchNorm1d must be loaded, buffers included, keeping the tie: "
              "call model.load_state_dict(state_dict)"))
 
-    # 9. A tie two levels down, in a nested network, and a bare layer without ties (it loads).
-    refuses(deep, deep_file, ("0.0.weight", "1.weight"),
-            (_("an untied checkpoint for a nested network whose inner Linear (0.0) shares its weight with the outer "
-               "one (1)"),
-             _("An untied checkpoint for a nested network whose inner Linear (0.0) shares its weight with the outer "
-               "one (1)")),
-            _("The tie sits two levels down: walk every module at every depth, e.g. "
-              "model.named_parameters(remove_duplicate=False), not only the model's children"))
-    with learner_code(_("calling load_checked on a bare nn.Linear(3, 3) (no ties)"), unknown):
-        load(bare, bare_file)
-    expect(_holds(bare, bare_file), _("a checkpoint for a bare nn.Linear(3, 3) without ties must be loaded"))
 
-    # 10. A checkpoint that lacks a key, its ties intact: the strict load_state_dict refuses it.
+def _expect_bare_layer_loaded(load: Callable[[nn.Module, dict], object], bare: nn.Linear, state: dict) -> None:
+    """A bare layer without ties loads its checkpoint."""
+    _load_unrefused(load, bare, state, _("calling load_checked on a bare nn.Linear(3, 3) (no ties)"), None)
+    expect(_holds(bare, state), _("a checkpoint for a bare nn.Linear(3, 3) without ties must be loaded"))
+
+
+def _expect_strict(load: Callable[[nn.Module, dict], object]) -> None:
+    """A checkpoint that lacks a key, its ties intact, is refused, as the strict load_state_dict refuses it."""
     partial = {k: v for k, v in _perturbed(_TinyLM(), 10).state_dict().items() if k != "norm.bias"}
     target = _perturbed(_TinyLM(), 11)
     try:
         with _calls(target, "load_state_dict") as loads:
             load(target, partial)
     except Exception:  # the RuntimeError of a strict load, or the answer's own refusal
-        pass
-    else:
-        lax = any(call["strict"] is False for call in loads)
-        expect(not lax, _("a checkpoint without norm.bias was loaded without complaint, leaving norm.bias as it was: "
-                          "your load_checked passed strict=False. Load with model.load_state_dict(state_dict), which "
-                          "is strict by default and raises on missing or unexpected keys"))
-        expect(False, _("a checkpoint without norm.bias was loaded without complaint, leaving norm.bias as it was: "
-                        "load with model.load_state_dict(state_dict), which is strict by default and raises on "
-                        "missing or unexpected keys"))
+        return
+    lax = any(call["strict"] is False for call in loads)
+    expect(not lax, _("a checkpoint without norm.bias was loaded without complaint, leaving norm.bias as it was: "
+                      "your load_checked passed strict=False. Load with model.load_state_dict(state_dict), which "
+                      "is strict by default and raises on missing or unexpected keys"))
+    expect(False, _("a checkpoint without norm.bias was loaded without complaint, leaving norm.bias as it was: "
+                    "load with model.load_state_dict(state_dict), which is strict by default and raises on "
+                    "missing or unexpected keys"))
+
+
+@exercise("Exercise 3 · Refuse an untied checkpoint")
+@keeps_global_rng
+def check_load_checked(load: Callable[[nn.Module, dict], object]) -> None:
+    """``load(model, state_dict)`` loads, unless names sharing one Parameter carry different values.
+
+    Then it raises ``ValueError`` naming those keys and leaves ``model`` unchanged. Ties are found by
+    identity: equal shapes or values are not ties, and tied entries need not share storage in the file.
+    """
+    cases = _load_cases()
+    _expect_tied_checkpoint_loaded(load, cases.model, cases.other.state_dict())
+    _expect_refused(load, _perturbed(_TinyLM(), 5), cases.untied, ("embed.weight", "head.weight"),
+                    (_("an untied checkpoint for a tied model"), _("An untied checkpoint for a tied model")))
+    _expect_no_tie_loaded(load, cases.twins, cases.twins_file)
+    # A layer used twice: two groups disagree (weights and biases), and either group's keys will do.
+    _expect_refused(load, cases.shared, cases.shared_file, [("0.weight", "2.weight"), ("0.bias", "2.bias")],
+                    (_("an untied checkpoint for a Sequential that uses one Linear twice"),
+                     _("An untied checkpoint for a Sequential that uses one Linear twice")))
+    separate = {k: v.clone() for k, v in _perturbed(_TinyLM(), 6).state_dict().items()}
+    _expect_separate_storage_loaded(load, separate)
+    # Tied entries that differ in one number, by a few millionths of it: still two values, one would be lost.
+    nearly = {k: v.clone() for k, v in separate.items()}
+    nearly["head.weight"][0, 0] *= 1 + 4e-6
+    _expect_refused(load, _perturbed(_TinyLM(), 8), nearly, ("embed.weight", "head.weight"),
+                    (_("a checkpoint whose tied entries differ in one number, by four millionths of it"),
+                     _("A checkpoint whose tied entries differ in one number, by four millionths of it")),
+                    _("Values that differ this little passed as equal: a comparison with a tolerance (torch.allclose, "
+                      "isclose, a threshold) calls them equal, yet loading keeps only one of them. Compare exactly, "
+                      "with torch.equal"))
+    _expect_every_name_compared(load, cases.thrice, cases.thrice_file)
+    _expect_buffers_loaded(load, cases.normed, cases.normed_file)
+    _expect_refused(load, cases.deep, cases.deep_file, ("0.0.weight", "1.weight"),
+                    (_("an untied checkpoint for a nested network whose inner Linear (0.0) shares its weight with the "
+                       "outer one (1)"),
+                     _("An untied checkpoint for a nested network whose inner Linear (0.0) shares its weight with the "
+                       "outer one (1)")),
+                    _("The tie sits two levels down: walk every module at every depth, e.g. "
+                      "model.named_parameters(remove_duplicate=False), not only the model's children"))
+    _expect_bare_layer_loaded(load, cases.bare, cases.bare_file)
+    _expect_strict(load)
