@@ -387,9 +387,8 @@ def _expect_dtype_converted(build: Callable[..., nn.Module], x: torch.Tensor) ->
 # --- Exercise 2 ------------------------------------------------------------------------------------
 
 class _Draws(TorchCalls):
-    """:class:`TorchCalls` that also notes the device of each generator a random draw is given (``generator=``), so
-    that a generator on another device than the input is found on a CPU-only machine too: ``meta`` accepts any
-    generator, and a GPU would refuse a CPU one."""
+    """:class:`TorchCalls` that also notes the devices of the generators random draws are given (``generator=``):
+    ``meta`` accepts any generator, where a GPU would refuse a CPU one."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -402,15 +401,9 @@ class _Draws(TorchCalls):
         return super().__torch_function__(func, types, args, kwargs)
 
 
-class _FalsyEval:
+class _FalsyEval(functools.partial):
     """Stands in for a layer's ``eval`` method: calls it, but is false as a condition (a bound method is
     always true), so a forward that tests ``if self.eval:`` shows itself."""
-
-    def __init__(self, layer: nn.Module) -> None:
-        self.layer = layer
-
-    def __call__(self) -> nn.Module:
-        return nn.Module.eval(self.layer)
 
     def __bool__(self) -> bool:
         return False
@@ -488,7 +481,7 @@ def _fail_without_noise(layer: nn.Module, x: torch.Tensor) -> None:
         not isinstance(in_eval, torch.Tensor) or torch.equal(in_eval, x),
         _("the noise comes in eval mode and not in training mode: the condition is the wrong way round. "
           "Add the noise when self.training is True"))
-    layer.eval = _FalsyEval(layer)
+    layer.eval = _FalsyEval(nn.Module.eval, layer)
     with _calling(_(_ON_ZEROS), ""):
         probe = layer(x)
     del layer.eval
