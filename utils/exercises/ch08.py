@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -26,8 +26,13 @@ __all__ = ["check_accumulate", "check_training_bytes"]
 PARAMS, GRADS, STATES = "parameters", "gradients", "Adam's two averages"  # the parts of a step's bytes
 
 
+def _nbytes(tensors: Iterable[torch.Tensor], copies: Callable[[torch.Tensor], int] = lambda t: 1) -> int:
+    """The bytes of ``tensors``, each held ``copies(t)`` times."""
+    return sum(copies(t) * t.numel() * t.element_size() for t in tensors)
+
+
 def _measured(model: nn.Module) -> dict[str, int]:
-    """Run one Adam step on a copy and add up what it holds (the ground truth for exercise 3)."""
+    """Run one Adam step on a copy and add up what it holds (the ground truth for exercise 1)."""
     model = copy.deepcopy(model)
     params = list(model.parameters())
     trainable = [p for p in params if p.requires_grad]
@@ -38,66 +43,56 @@ def _measured(model: nn.Module) -> dict[str, int]:
     out = model(x)
     F.mse_loss(out, torch.zeros_like(out)).backward()
     optimizer.step()
-    return {
-        PARAMS: sum(p.numel() * p.element_size() for p in params),
-        GRADS: sum(p.grad.numel() * p.grad.element_size() for p in trainable),
-        STATES: sum(
-            optimizer.state[p][k].numel() * optimizer.state[p][k].element_size()
-            for p in trainable
-            for k in ("exp_avg", "exp_avg_sq")
-        ),
-    }
+    return {PARAMS: _nbytes(params), GRADS: _nbytes(p.grad for p in trainable),
+            STATES: _nbytes(optimizer.state[p][k] for p in trainable for k in ("exp_avg", "exp_avg_sq"))}
+
+
+def _step_copies(p: torch.Tensor) -> int:
+    """How many tensors of its size a parameter holds in an Adam step: itself, and a gradient and two averages if
+    it is trained."""
+    return 4 if p.requires_grad else 1
 
 
 def _likely_cause(model: nn.Module, parts: dict[str, int], got: int) -> str | None:
     """The popular mistake that gives ``got`` bytes for ``model``, if one does."""
     unique = list(model.parameters())
     every = [p for _, p in model.named_parameters(remove_duplicate=False)]
-    nbytes = sum(p.numel() * p.element_size() for p in unique)
-    trained = sum(p.numel() * p.element_size() for p in unique if p.requires_grad)
-    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+    nbytes, trained = _nbytes(unique), _nbytes(p for p in unique if p.requires_grad)
+    buffers = _nbytes(model.buffers())
     want = sum(parts.values())
-    copies = sum((4 if p.requires_grad else 1) * p.numel() for p in unique)
+    copies = sum(_step_copies(p) * p.numel() for p in unique)
     one_level = {id(p): p for child in model.children() for p in child.parameters(recurse=False)}.values()
     layer_flag = {}  # each parameter -> requires_grad of its layer's first parameter (the weight)
     for m in model.modules():
         own = list(m.parameters(recurse=False))
         for p in own:
             layer_flag.setdefault(id(p), own[0].requires_grad)
-    per_layer = sum((4 if layer_flag[id(p)] else 1) * p.numel() * p.element_size() for p in unique)
+    per_layer = _nbytes(unique, lambda p: 4 if layer_flag[id(p)] else 1)
     guesses = [  # the likelier mistake first where two give the same total
         (per_layer, _("requires_grad belongs to each parameter, not to its layer: here every weight is frozen and "
                       "every bias is trained, so read p.requires_grad of each parameter")),
         (4 * nbytes, _("frozen parameters (requires_grad=False) get no gradient and no Adam state")),
         (4 * copies, _("each number takes its dtype's size (p.element_size()), not always 4 bytes")),
-        (
-            unique[0].element_size() * copies,
-            _("each parameter counts with its own dtype's size (p.element_size() of every parameter): this "
-              "model mixes float64 and float32, so one size for the whole model is wrong"),
-        ),
-        (
-            sum((4 if p.requires_grad else 1) * p.numel() * p.element_size() for p in every),
-            _("a layer used twice holds its parameters once, and a weight shared by two layers is one tensor: "
-              "model.parameters() already skips the repeat (model.modules() does not, for a shared weight)"),
-        ),
+        (unique[0].element_size() * copies,
+         _("each parameter counts with its own dtype's size (p.element_size() of every parameter): this "
+           "model mixes float64 and float32, so one size for the whole model is wrong")),
+        (_nbytes(every, _step_copies),
+         _("a layer used twice holds its parameters once, and a weight shared by two layers is one tensor: "
+           "model.parameters() already skips the repeat (model.modules() does not, for a shared weight)")),
         (want + buffers, _("buffers (such as BatchNorm's running statistics) are not trained: do not count them")),
         (want + 4 * buffers,
          _("buffers (such as BatchNorm's running statistics) are not trained: do not count them")),
         (8 * want, _("count bytes, not bits")),
         # before "gradients missing", which gives the same total in float64 but fails the float32 case first
-        (
-            nbytes + trained + 8 * sum(p.numel() for p in unique if p.requires_grad),
-            _("Adam's two averages have the parameter's dtype (p.element_size() bytes each), not always 4 bytes"),
-        ),
+        (nbytes + trained + 8 * sum(p.numel() for p in unique if p.requires_grad),
+         _("Adam's two averages have the parameter's dtype (p.element_size() bytes each), not always 4 bytes")),
         (nbytes + 2 * trained,
          _("the gradients are missing (one per trainable parameter, of its size and dtype)")),
         (nbytes + trained, _("Adam's two running averages are missing (exp_avg and exp_avg_sq)")),
-        (
-            sum((4 if p.requires_grad else 1) * p.numel() * p.element_size() for p in one_level),
-            _("the count reads only the parameters of the model's direct children: a bare layer has no children, "
-              "and a nested nn.Sequential keeps its layers one level further down. model.parameters() walks the "
-              "whole tree"),
-        ),
+        (_nbytes(one_level, _step_copies),
+         _("the count reads only the parameters of the model's direct children: a bare layer has no children, "
+           "and a nested nn.Sequential keeps its layers one level further down. model.parameters() walks the "
+           "whole tree")),
     ]
     return next((cause for total, cause in guesses if total == got and total != want), None)
 
@@ -194,39 +189,30 @@ def check_training_bytes(fn: Callable[[nn.Module], int]) -> None:
         expect(
             isinstance(got, numbers.Integral) and not isinstance(got, bool),
             (_("return an int (bytes); got {type} (use integer arithmetic, or int(...))") if isinstance(got, float)
-             else _("return an int (bytes); got {type}")).format(type=type(got).__name__),
-        )
+             else _("return an int (bytes); got {type}")).format(type=type(got).__name__))
         got = int(got)  # a NumPy integer (from np.prod) counts too
-        if got == want:
-            continue
-        cause = _likely_cause(model, parts, got)
-        numbers_ = dict(label=_(label), got=got, want=want, params=parts[PARAMS], grads=parts[GRADS],
-                        states=parts[STATES], cause=cause)
-        expect(
-            False,
+        cause = None if got == want else _likely_cause(model, parts, got)
+        expect(got == want, (
             _("for {label}: {got} bytes, but one Adam step holds {want} = {params} (parameters) + {grads} "
-              "(gradients) + {states} (Adam's two averages). Likely cause: {cause}").format(**numbers_)
-            if cause else
+              "(gradients) + {states} (Adam's two averages). Likely cause: {cause}") if cause else
             _("for {label}: {got} bytes, but one Adam step holds {want} = {params} (parameters) + {grads} "
-              "(gradients) + {states} (Adam's two averages)").format(**numbers_),
-        )
+              "(gradients) + {states} (Adam's two averages)")).format(
+                label=_(label), got=got, want=want, params=parts[PARAMS], grads=parts[GRADS], states=parts[STATES],
+                cause=cause))
 
 
 # --- Exercise 2 ------------------------------------------------------------------------------------
 
 
-def _regression() -> tuple[nn.Module, Callable, torch.Tensor, torch.Tensor]:
-    model = nn.Sequential(nn.Linear(3, 5), nn.ReLU(), nn.Linear(5, 2))
-    return model, F.mse_loss, torch.randn(10, 3), torch.randn(10, 2)
-
-
-def _classifier() -> tuple[nn.Module, Callable, torch.Tensor, torch.Tensor]:
-    model = nn.Sequential(nn.Sequential(nn.Linear(4, 6), nn.Tanh()), nn.Linear(6, 3))
-    return model, F.cross_entropy, torch.randn(7, 4), torch.randint(0, 3, (7,))
-
-
-def _bare() -> tuple[nn.Module, Callable, torch.Tensor, torch.Tensor]:
-    return nn.Linear(2, 1), F.l1_loss, torch.randn(8, 2), torch.randn(8, 1)
+#: (a function that makes a fresh model, loss function, x and y from the check's seeded generator; the micro-batch
+#: sizes to try on them): sizes that divide the batch, that do not, and that cover it in one piece.
+_ACCUMULATE_CASES = [
+    (lambda: (nn.Sequential(nn.Linear(3, 5), nn.ReLU(), nn.Linear(5, 2)), F.mse_loss, torch.randn(10, 3),
+              torch.randn(10, 2)), (2, 4)),
+    (lambda: (nn.Sequential(nn.Sequential(nn.Linear(4, 6), nn.Tanh()), nn.Linear(6, 3)), F.cross_entropy,
+              torch.randn(7, 4), torch.randint(0, 3, (7,))), (3, 7)),
+    (lambda: (nn.Linear(2, 1), F.l1_loss, torch.randn(8, 2), torch.randn(8, 1)), (4, 3)),
+]
 
 
 def _grads_of(model: nn.Module, loss_fn: Callable, pieces: list[tuple[torch.Tensor, torch.Tensor]],
@@ -325,60 +311,74 @@ def check_accumulate(fn: Callable[..., None]) -> None:
     Tried on an MLP with ``mse_loss`` (two outputs per row), a nested classifier with ``cross_entropy`` and a bare
     layer with ``l1_loss``, with sizes that divide the batch, that do not, and that cover it in one piece.
     """
-    cases = [(_regression, 2), (_regression, 4), (_classifier, 3), (_classifier, 7), (_bare, 4), (_bare, 3)]
-    for make, size in cases:
+    for make, size in ((make, size) for make, sizes in _ACCUMULATE_CASES for size in sizes):
         model, loss_fn, x, y = make()
         label = _("{rows} rows in micro-batches of at most {size} ({loss}, {model})").format(
             rows=len(x), size=size, loss=loss_fn.__name__, model=type(model).__name__)
         fresh = copy.deepcopy(model)
-        watch = _Watch(model)
-        try:
-            fn(model, loss_fn, x, y, size)
-        except Exception:
-            causes = {_NO_GRAPH: _(_CUT_OFF if watch.recorded else _AUTOGRAD_OFF)}
-            if not watch.backwards:  # before any backward, the None it met is most likely a p.grad
-                causes["'NoneType' object has no attribute"] = _(_NO_GRAD_YET)
-            with learner_code(_("your function on {label}").format(label=label), causes=causes):
-                raise
-        finally:
-            watch.close()
-
-        expect(watch.recorded or not watch.rows, _("for {label}: no gradient reached the parameters: {cause}").format(
-            label=label, cause=_(_AUTOGRAD_OFF)))
-        expect(watch.backwards, _("for {label}: no gradient reached the parameters: backward was never called. Call "
-                                  "loss.backward() on each micro-batch's loss").format(label=label))
-        missing = [name for name, p in model.named_parameters() if p.grad is None]
-        expect(not missing, _("for {label}: no gradient reached {names}: every parameter needs the gradient of the "
-                              "whole batch's loss").format(label=label, names=", ".join(missing)))
+        watch = _watched(fn, model, loss_fn, x, y, size, label)
+        _expect_gradient_into_every_parameter(model, watch, label)
         expect(
             all(torch.equal(p, q) for p, q in zip(model.parameters(), fresh.parameters(), strict=True)),
             _("for {label}: the parameters changed. Only accumulate the gradients: the optimizer steps later").format(
-                label=label),
-        )
-        rows = watch.rows
-        expect(
-            max(rows) <= size,
-            _("for {label}: the model saw {rows} rows in one call. Run it on micro-batches of at "
-              "most {size} rows: x.split({size})").format(label=label, rows=max(rows), size=size),
-        )
-        expect(sum(rows) == len(x),
-               _("for {label}: the model saw {rows} rows in all, but the batch has {total}").format(
-                   label=label, rows=sum(rows), total=len(x)))
-        expect(
-            watch.each_forward_then_its_backward() or not watch.all_backwards_last(),
-            _("for {label}: backward ran {backward} time(s) after all {forward} forward calls. Call backward on "
-              "each micro-batch's loss before the next forward: one backward on the summed losses keeps every "
-              "micro-batch's activations alive, which is what accumulation avoids").format(
-                  label=label, backward=watch.backwards, forward=len(rows)),
-        )
-        expect(
-            watch.each_forward_then_its_backward(),
-            _("for {label}: the model ran {forward} times and backward reached its outputs {backward} times, not "
-              "once right after each forward: call backward on each micro-batch's loss before the next "
-              "forward").format(label=label, backward=watch.backwards, forward=len(rows)),
-        )
-
+                label=label))
+        _expect_micro_batches(watch, size, len(x), label)
+        _expect_backward_after_each_forward(watch, label)
         grads = [p.grad for p in model.parameters()]
         if not _close(grads, _grads_of(fresh, loss_fn, [(x, y)], [1.0])):
             expect(False, _("for {label}: the gradients differ from the whole batch's. {cause}").format(
                 label=label, cause=_gradient_cause(grads, fresh, loss_fn, x, y, size)))
+
+
+def _watched(fn: Callable[..., None], model: nn.Module, loss_fn: Callable, x: torch.Tensor, y: torch.Tensor,
+             size: int, label: str) -> _Watch:
+    """What ``fn(model, loss_fn, x, y, size)`` did with the model; an error it raises becomes a hint."""
+    watch = _Watch(model)
+    try:
+        fn(model, loss_fn, x, y, size)
+    except Exception:
+        causes = {_NO_GRAPH: _(_CUT_OFF if watch.recorded else _AUTOGRAD_OFF)}
+        if not watch.backwards:  # before any backward, the None it met is most likely a p.grad
+            causes["'NoneType' object has no attribute"] = _(_NO_GRAD_YET)
+        with learner_code(_("your function on {label}").format(label=label), causes=causes):
+            raise
+    finally:
+        watch.close()
+    return watch
+
+
+def _expect_gradient_into_every_parameter(model: nn.Module, watch: _Watch, label: str) -> None:
+    """Autograd recorded the forward, backward ran, and every parameter has a gradient."""
+    expect(watch.recorded or not watch.rows, _("for {label}: no gradient reached the parameters: {cause}").format(
+        label=label, cause=_(_AUTOGRAD_OFF)))
+    expect(watch.backwards, _("for {label}: no gradient reached the parameters: backward was never called. Call "
+                              "loss.backward() on each micro-batch's loss").format(label=label))
+    missing = [name for name, p in model.named_parameters() if p.grad is None]
+    expect(not missing, _("for {label}: no gradient reached {names}: every parameter needs the gradient of the "
+                          "whole batch's loss").format(label=label, names=", ".join(missing)))
+
+
+def _expect_micro_batches(watch: _Watch, size: int, total: int, label: str) -> None:
+    """The model ran on micro-batches of at most ``size`` rows that add up to the batch's ``total``."""
+    expect(
+        max(watch.rows) <= size,
+        _("for {label}: the model saw {rows} rows in one call. Run it on micro-batches of at "
+          "most {size} rows: x.split({size})").format(label=label, rows=max(watch.rows), size=size))
+    expect(sum(watch.rows) == total,
+           _("for {label}: the model saw {rows} rows in all, but the batch has {total}").format(
+               label=label, rows=sum(watch.rows), total=total))
+
+
+def _expect_backward_after_each_forward(watch: _Watch, label: str) -> None:
+    """Each micro-batch's backward runs right after its forward, before the next forward."""
+    counts = dict(label=label, backward=watch.backwards, forward=len(watch.rows))
+    expect(
+        watch.each_forward_then_its_backward() or not watch.all_backwards_last(),
+        _("for {label}: backward ran {backward} time(s) after all {forward} forward calls. Call backward on "
+          "each micro-batch's loss before the next forward: one backward on the summed losses keeps every "
+          "micro-batch's activations alive, which is what accumulation avoids").format(**counts))
+    expect(
+        watch.each_forward_then_its_backward(),
+        _("for {label}: the model ran {forward} times and backward reached its outputs {backward} times, not "
+          "once right after each forward: call backward on each micro-batch's loss before the next "
+          "forward").format(**counts))

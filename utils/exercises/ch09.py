@@ -24,10 +24,10 @@ from collections.abc import Callable, Iterator
 from unittest import mock
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from utils.checks import exercise, expect, learner_code
 from utils.exercises.common import shape_of
+from utils.exercises.observe import TorchCalls
 from utils.fake_gpus import FakeGPUs, fake_gpus
 from utils.i18n import N_, _
 from utils.timing import HostReads
@@ -155,39 +155,41 @@ _SKIP_CPU = N_("torch.cuda.synchronize(d) accepts CUDA devices only: skip the CP
              "call that issued it returns")
 
 
-def _time_it(answer, gpus: FakeGPUs, cpu: _CpuAsked, step: _Step, devices: list[torch.device],
-             what: str) -> tuple[float, _Clock]:
-    clock = _Clock(gpus, step)
-    try:
-        result = answer(step, devices, clock)
-    except Exception:
-        with learner_code(_("calling time_on_devices(fn, {devices}, clock)").format(devices=what),
-                          _(_SKIP_CPU) if cpu.asked else ""):
-            raise
+def _timed(answer, devices: list[torch.device], work: dict[int, float], first_call: float = 0.0,
+           queued: tuple[int, float] | None = None) -> tuple[float, _Clock]:
+    """The seconds ``answer`` returns for an fn that launches ``work`` on three fake GPUs (``queued``: work launched
+    on a GPU before), after the properties every answer has; and the clock, which knows its fn and its GPUs."""
+    with _machine(3) as (gpus, cpu):
+        if queued:
+            gpus.launch(*queued)
+        step = _Step(gpus, work, first_call=first_call)
+        clock = _Clock(gpus, step)
+        try:
+            result = answer(step, devices, clock)
+        except Exception:
+            with learner_code(_("calling time_on_devices(fn, {devices}, clock)").format(
+                    devices=f"[{_names(devices)}]"), _(_SKIP_CPU) if cpu.asked else ""):
+                raise
     expect(
         isinstance(result, int | float) and not isinstance(result, bool),
         (_("time_on_devices must return the seconds as a number, got {type} (a Timing: return its .median)")
          if type(result).__name__ == "Timing" else
-         _("time_on_devices must return the seconds as a number, got {type}")).format(type=type(result).__name__),
-    )
+         _("time_on_devices must return the seconds as a number, got {type}")).format(type=type(result).__name__))
     expect(math.isfinite(result),
            _("time_on_devices returned {result}: return a finite number of seconds").format(result=result))
     expect(step.calls >= 1, _("time_on_devices never called fn: call it, and time that call"))
     expect(
         gpus.synced != [],
         _("it never waits for a device, so the clock measured how fast Python launched the work, not the work "
-          "itself. Synchronize every device in devices before reading the clock."),
-    )
+          "itself. Synchronize every device in devices before reading the clock."))
     expect(
         len(clock.reads) >= 2,
         _("it does not read the time with clock(): use the clock the function is given (start = clock(), ..., "
-          "clock() - start); the check runs it on simulated GPUs with a simulated clock."),
-    )
+          "clock() - start); the check runs it on simulated GPUs with a simulated clock."))
     expect(
         result < 300 * step.one_call,
         _("{result} for a call that takes {ms} ms: return seconds, not milliseconds").format(
-            result=f"{result:g}", ms=f"{step.one_call * 1e3:.1f}"),
-    )
+            result=f"{result:g}", ms=f"{step.one_call * 1e3:.1f}"))
     return float(result), clock
 
 
@@ -238,54 +240,63 @@ def _too_long(clock: _Clock, devices: list[torch.device], result: float) -> str:
 @exercise("Exercise 1 · Fix this timing code")
 def check_fixed_timer(time_on_devices: Callable[..., float]) -> None:
     """``time_on_devices(fn, devices, clock)`` returns the seconds one steady-state call of ``fn`` takes."""
+    _expect_waits_after_fn_for_every_device(time_on_devices)
+    _expect_waits_before_the_clock_for_every_device(time_on_devices)
+    _expect_warm_up_untimed(time_on_devices)
+    _expect_devices_named_by_index(time_on_devices)
+    _expect_no_cuda_call_without_a_gpu(time_on_devices)
+
+
+def _expect_waits_after_fn_for_every_device(time_on_devices: Callable[..., float]) -> None:
+    """Whichever device has fn's long work, it is waited for after fn, and one call is timed."""
     order = [_cuda(2), _cuda(0), _cuda(1)]
-    # 1. Every device in the role of the one with the long work: it must be waited for after fn.
     for k in range(3):
-        with _machine(3) as (gpus, cpu):
-            step = _Step(gpus, {i: 0.060 if i == k else 0.002 for i in range(3)})
-            result, clock = _time_it(time_on_devices, gpus, cpu, step, order, "[cuda:2, cuda:0, cuda:1]")
-            expect(result >= 0.9 * step.one_call, _too_short(clock, _cuda(k), result, order))
-            expect(result <= 1.1 * step.one_call, _too_long(clock, order, result))
-    # 2. Every device in the role of the one with earlier work: it must be waited for before the clock starts.
+        result, clock = _timed(time_on_devices, order, {i: 0.060 if i == k else 0.002 for i in range(3)})
+        expect(result >= 0.9 * clock.step.one_call, _too_short(clock, _cuda(k), result, order))
+        expect(result <= 1.1 * clock.step.one_call, _too_long(clock, order, result))
+
+
+def _expect_waits_before_the_clock_for_every_device(time_on_devices: Callable[..., float]) -> None:
+    """Whichever device has earlier work queued, it is waited for before the clock starts."""
+    devices = [_cuda(0), _cuda(1), _cuda(2)]
     for k in range(3):
-        with _machine(3) as (gpus, cpu):
-            gpus.launch(k, 0.200)  # queued before time_on_devices is called
-            step = _Step(gpus, {(k + 1) % 3: 0.010})
-            devices = [_cuda(0), _cuda(1), _cuda(2)]
-            result, clock = _time_it(time_on_devices, gpus, cpu, step, devices, "[cuda:0, cuda:1, cuda:2]")
-            expect(result >= 0.9 * step.one_call, _too_short(clock, _cuda((k + 1) % 3), result, devices))
-            bare = k and set(gpus.synced[:clock.window()[0][1]]) == {_cuda(0)}  # before the clock: cuda:0 alone
-            expect(
-                result <= 1.1 * step.one_call,
-                (_("fn takes {ms} ms, and the time returned is {got} ms: 200 ms of work queued on cuda:{k} before the "
-                   "call were billed to fn. Synchronize every device in devices before starting the clock (it waited "
-                   "for cuda:0 only, as a bare torch.cuda.synchronize() does).") if bare else
-                 _("fn takes {ms} ms, and the time returned is {got} ms: 200 ms of work queued on cuda:{k} before the "
-                   "call were billed to fn. Synchronize every device in devices before starting the clock.")
-                 ).format(ms=f"{step.one_call * 1e3:.1f}", got=f"{result * 1e3:.1f}", k=k),
-            )
-    # 3. The first call pays a one-time cost (think: CUDA context, cuBLAS handle) that is not fn's time.
-    with _machine(3) as (gpus, cpu):
-        step = _Step(gpus, {0: 0.010}, first_call=0.5)
-        result, clock = _time_it(time_on_devices, gpus, cpu, step, [_cuda(0)], "[cuda:0]")
-        timed_the_first_call = clock.window()[0][0] == 0  # the clock started before fn's first call
+        result, clock = _timed(time_on_devices, devices, {(k + 1) % 3: 0.010}, queued=(k, 0.200))
+        expect(result >= 0.9 * clock.step.one_call, _too_short(clock, _cuda((k + 1) % 3), result, devices))
+        bare = k and set(clock.gpus.synced[:clock.window()[0][1]]) == {_cuda(0)}  # before the clock: cuda:0 alone
         expect(
-            result <= 1.1 * step.one_call,
-            _("fn's first call pays a one-time cost of 500 ms, later calls take {ms} ms, and "
-              "the time returned is {got} ms: it includes the warm-up. Call fn once before starting "
-              "the clock, and do not time that call.").format(ms=f"{step.one_call * 1e3:.1f}",
-                                                               got=f"{result * 1e3:.1f}")
-            if timed_the_first_call else _too_long(clock, [_cuda(0)], result),
-        )
-    # 4. The CPU first or last among the devices: nothing to wait for, and CUDA must not be asked to. And one GPU
-    #    that is not cuda:0, at any place in the list: a GPU is named by its index, not by its place.
+            result <= 1.1 * clock.step.one_call,
+            (_("fn takes {ms} ms, and the time returned is {got} ms: 200 ms of work queued on cuda:{k} before the "
+               "call were billed to fn. Synchronize every device in devices before starting the clock (it waited "
+               "for cuda:0 only, as a bare torch.cuda.synchronize() does).") if bare else
+             _("fn takes {ms} ms, and the time returned is {got} ms: 200 ms of work queued on cuda:{k} before the "
+               "call were billed to fn. Synchronize every device in devices before starting the clock.")
+             ).format(ms=f"{clock.step.one_call * 1e3:.1f}", got=f"{result * 1e3:.1f}", k=k))
+
+
+def _expect_warm_up_untimed(time_on_devices: Callable[..., float]) -> None:
+    """The first call pays a one-time cost (think: CUDA context, cuBLAS handle) that is not fn's time."""
+    result, clock = _timed(time_on_devices, [_cuda(0)], {0: 0.010}, first_call=0.5)
+    timed_the_first_call = clock.window()[0][0] == 0  # the clock started before fn's first call
+    expect(
+        result <= 1.1 * clock.step.one_call,
+        _("fn's first call pays a one-time cost of 500 ms, later calls take {ms} ms, and "
+          "the time returned is {got} ms: it includes the warm-up. Call fn once before starting "
+          "the clock, and do not time that call.").format(ms=f"{clock.step.one_call * 1e3:.1f}",
+                                                           got=f"{result * 1e3:.1f}")
+        if timed_the_first_call else _too_long(clock, [_cuda(0)], result))
+
+
+def _expect_devices_named_by_index(time_on_devices: Callable[..., float]) -> None:
+    """The CPU first or last among the devices (nothing to wait for, and CUDA is not asked to), and one GPU that is
+    not cuda:0: a GPU is named by its index, not by its place in the list."""
     for devices in ([CPU, _cuda(1)], [_cuda(2), CPU], [_cuda(1)]):
         slow = next(d for d in devices if d.type == "cuda")
-        with _machine(3) as (gpus, cpu):
-            step = _Step(gpus, {slow.index: 0.020})
-            result, clock = _time_it(time_on_devices, gpus, cpu, step, devices, f"[{_names(devices)}]")
-            expect(result >= 0.9 * step.one_call, _too_short(clock, slow, result, devices))
-    # 5. A machine without a GPU, and CPU work only: no CUDA call at all.
+        result, clock = _timed(time_on_devices, devices, {slow.index: 0.020})
+        expect(result >= 0.9 * clock.step.one_call, _too_short(clock, slow, result, devices))
+
+
+def _expect_no_cuda_call_without_a_gpu(time_on_devices: Callable[..., float]) -> None:
+    """On a machine without a GPU, with CPU work only, the time is fn's, and no CUDA call is made."""
     with _machine(0) as (gpus, _cpu):
         step = _Step(gpus, {}, host=0.003)  # CPU work only: done when fn returns
         clock = _Clock(gpus, step)
@@ -351,8 +362,7 @@ def check_report(answer: Callable[[], tuple[dict[str, str], float]]) -> None:
         result = answer()
     expect(
         isinstance(result, tuple) and len(result) == 2,
-        _("return a tuple (verdicts, should_be_ms), e.g. ({{'A': 'warm-up', 'B': ..., ...}}, 12.0)").format(),
-    )
+        _("return a tuple (verdicts, should_be_ms), e.g. ({{'A': 'warm-up', 'B': ..., ...}}, 12.0)").format())
     verdicts, should_be = result
     expect(isinstance(verdicts, dict),
            _("verdicts must be a dict from row to reason, got {type}").format(type=type(verdicts).__name__))
@@ -364,8 +374,7 @@ def check_report(answer: Callable[[], tuple[dict[str, str], float]]) -> None:
         expect(
             isinstance(reason, str),
             _("row {row}: give one key of REASONS, a string such as 'ok', not a {type} ({reason})").format(
-                row=row, type=type(reason).__name__, reason=repr(reason)),
-        )
+                row=row, type=type(reason).__name__, reason=repr(reason)))
         expect(reason in REASONS, _("row {row}: {reason} is not one of the REASONS {reasons}").format(
             row=row, reason=repr(reason), reasons=sorted(REASONS)))
         if reason != _EXPECTED[row]:
@@ -373,13 +382,11 @@ def check_report(answer: Callable[[], tuple[dict[str, str], float]]) -> None:
             expect(False, _("row {row}: {hint}").format(row=row, hint=_(hint) if hint else _("look again.")))
     expect(
         isinstance(should_be, int | float) and not isinstance(should_be, bool),
-        _("should_be_ms must be a number of milliseconds, got {type}").format(type=type(should_be).__name__),
-    )
+        _("should_be_ms must be a number of milliseconds, got {type}").format(type=type(should_be).__name__))
     expect(
         27.0 <= should_be <= 34.0,
         _("{ms} ms is not what D should show: both GPUs work at the same time, so the step ends when the "
-          "busier one finishes. How long does cuda:1 need for its chunks?").format(ms=should_be),
-    )
+          "busier one finishes. How long does cuda:1 need for its chunks?").format(ms=should_be))
 
 
 # --- Exercise 3 · a masked mean without a hidden synchronization ------------------------------------
@@ -500,60 +507,46 @@ def check_masked_mean(masked_mean: Callable[[torch.Tensor, torch.Tensor], torch.
     that ``HostReads`` does not list (the cause is then unknown to the check)."""
     device = torch.device(device)
     for x_ref, mask_ref in _CASES:
-        x, mask = _place(x_ref, device), _place(mask_ref, device)
-        with learner_code(_("calling masked_mean(x, mask) on a {shape} batch").format(shape=shape_of(x_ref))):
-            out = masked_mean(x, mask)
-        expect(isinstance(out, torch.Tensor), _("return a tensor, got {type}").format(type=type(out).__name__))
-        inputs = (("x", x, x_ref), ("mask", mask, mask_ref))
-        changed = [name for name, t, ref in inputs if not torch.equal(t.cpu(), ref)]
-        expect(not changed, (_("masked_mean changed x and mask in place: compute a new tensor and leave the inputs "
-                               "as they were") if len(changed) == 2 else
-                             _("masked_mean changed {name} in place: compute a new tensor and leave the inputs as "
-                               "they were").format(name=changed[0] if changed else "")))
-        expect(out.device == x.device,
-               _("the result is on {device}, the input on {input}: keep it on x's device").format(
-                   device=out.device, input=x.device))
-        expect(out.shape == (len(x_ref),), _("x has shape {shape} and the result {result}: {cause}").format(
-            shape=shape_of(x_ref), result=shape_of(out), cause=_shape_cause(out, len(x_ref))))
-        expect(out.is_floating_point(), _("the means must be floating point, got {dtype}").format(dtype=out.dtype))
-        wrong = _wrong_means(out.detach().cpu().tolist(), x_ref, mask_ref)
-        if wrong:
-            expect(False, wrong)
-    # What needs the values on the host (on a GPU, each such call waits for the device), and tensors made
-    # on the default device instead of x's (on a CPU-only machine both are the CPU; on a GPU they are not).
-    # Watched on CPU copies, so that the verdict and its words are the same on a CPU and on a GPU.
+        _expect_masked_means(masked_mean, x_ref, mask_ref, device)
     for x_ref, mask_ref in _CASES:
-        with learner_code(_("calling masked_mean(x, mask) again on a {shape} batch, watching what it asks "
-                            "of the host").format(shape=shape_of(x_ref))), HostReads() as reads, \
-                _DefaultDeviceFactories() as made:
-            masked_mean(x_ref.clone(), mask_ref.clone())
-        expect(not reads, _("it calls {calls}, which {cause}").format(calls=", ".join(dict.fromkeys(reads)),
-                                                                      cause=_(_NEEDS_HOST)))
-        expect(not made, _("it creates a tensor with {call} and no device=: that lands on the "
-                           "default device (the CPU), not on x's device. Pass device=x.device, or build it from x "
-                           "(torch.zeros_like, x.new_zeros)").format(call=made[0] if made else ""))
+        _expect_nothing_asked_of_the_host(masked_mean, x_ref, mask_ref)
     if device.type == "cuda":
         _expect_no_sync_on_the_gpu(masked_mean, device)
 
 
-class _DefaultDeviceFactories(TorchFunctionMode):
-    """Notes factory calls without ``device=`` that make a tensor of one or more dimensions."""
+def _expect_masked_means(masked_mean: Callable, x_ref: torch.Tensor, mask_ref: torch.Tensor,
+                         device: torch.device) -> None:
+    """On copies on ``device``: the inputs are left as they were, and the result is the floating point means of
+    the rows, one per row, on x's device."""
+    x, mask = _place(x_ref, device), _place(mask_ref, device)
+    with learner_code(_("calling masked_mean(x, mask) on a {shape} batch").format(shape=shape_of(x_ref))):
+        out = masked_mean(x, mask)
+    expect(isinstance(out, torch.Tensor), _("return a tensor, got {type}").format(type=type(out).__name__))
+    changed = [name for name, t, ref in (("x", x, x_ref), ("mask", mask, mask_ref)) if not torch.equal(t.cpu(), ref)]
+    expect(not changed, (_("masked_mean changed x and mask in place: compute a new tensor and leave the inputs "
+                           "as they were") if len(changed) == 2 else
+                         _("masked_mean changed {name} in place: compute a new tensor and leave the inputs as "
+                           "they were").format(name=changed[0] if changed else "")))
+    expect(out.device == x.device,
+           _("the result is on {device}, the input on {input}: keep it on x's device").format(
+               device=out.device, input=x.device))
+    expect(out.shape == (len(x_ref),), _("x has shape {shape} and the result {result}: {cause}").format(
+        shape=shape_of(x_ref), result=shape_of(out), cause=_shape_cause(out, len(x_ref))))
+    expect(out.is_floating_point(), _("the means must be floating point, got {dtype}").format(dtype=out.dtype))
+    wrong = _wrong_means(out.detach().cpu().tolist(), x_ref, mask_ref)
+    expect(not wrong, wrong or "-")
 
-    FACTORIES = frozenset({"zeros", "ones", "empty", "full", "arange", "linspace", "eye", "rand", "randn",
-                           "randint", "tensor", "as_tensor"})
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.made: list[str] = []
-
-    def __enter__(self) -> list[str]:  # type: ignore[override]
-        super().__enter__()
-        return self.made
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        name = getattr(func, "__name__", "")
-        if name in self.FACTORIES and kwargs.get("device") is None and isinstance(out, torch.Tensor) and out.dim():
-            self.made.append(f"torch.{name}")
-        return out
+def _expect_nothing_asked_of_the_host(masked_mean: Callable, x_ref: torch.Tensor, mask_ref: torch.Tensor) -> None:
+    """No call needs the values on the host (on a GPU each one waits for the device), and no tensor is made on the
+    default device instead of x's (on a CPU-only machine both are the CPU; on a GPU they are not). Watched on CPU
+    copies, so that the verdict and its words are the same on a CPU and on a GPU."""
+    with learner_code(_("calling masked_mean(x, mask) again on a {shape} batch, watching what it asks "
+                        "of the host").format(shape=shape_of(x_ref))), HostReads() as reads, TorchCalls() as seen:
+        masked_mean(x_ref.clone(), mask_ref.clone())
+    made = [f"torch.{name}" for name, kwargs, _args, t in seen.made if kwargs.get("device") is None and t.dim()]
+    expect(not reads, _("it calls {calls}, which {cause}").format(calls=", ".join(dict.fromkeys(reads)),
+                                                                  cause=_(_NEEDS_HOST)))
+    expect(not made, _("it creates a tensor with {call} and no device=: that lands on the "
+                       "default device (the CPU), not on x's device. Pass device=x.device, or build it from x "
+                       "(torch.zeros_like, x.new_zeros)").format(call=made[0] if made else ""))

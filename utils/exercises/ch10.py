@@ -117,30 +117,35 @@ def check_ddp_numbers(ddp_numbers: Callable[[int, int, int], tuple[int, int]]) -
         expect(
             isinstance(got, tuple) and len(got) == 2 and all(_is_int(v) for v in got),
             _("return a tuple of two ints (global_batch, steps_per_epoch); ddp_numbers({n}, {world}, {batch}) "
-              "returned {got}").format(n=n, world=world, batch=batch, got=repr(got)),
-        )
-        (global_batch, steps), (want_batch, want_steps) = got, true_ddp_numbers(n, world, batch)
-        # The global batch: every process's --batch-size together.
-        expect(
-            global_batch == want_batch or global_batch != batch,
-            _("{world} processes with --batch-size {batch}: one optimizer step averages the gradients of "
-              "{want} samples, not {got}. --batch-size is per process.").format(
-                  world=world, batch=batch, want=want_batch, got=global_batch),
-        )
-        expect(
-            global_batch == want_batch,
-            _("{world} processes with --batch-size {batch}: the global batch is world_size × batch_size = {want}, "
-              "not {got}").format(world=world, batch=batch, want=want_batch, got=global_batch),
-        )
-        # The steps: each process's padded shard, in batches, the last one partial.
-        hint = _steps_hint(n, world, batch, steps)
-        expect(hint is None, hint or "-")
-        expect(
-            steps == want_steps,
-            _("{n} samples, {world} processes, batch {batch}: {steps} steps per epoch, not {got}. Each process "
-              "reads ceil({n}/{world}) samples (the sampler pads the shards to equal length), in batches of "
-              "{batch}, the last one partial").format(n=n, world=world, batch=batch, steps=want_steps, got=steps),
-        )
+              "returned {got}").format(n=n, world=world, batch=batch, got=repr(got)))
+        _expect_global_batch(got[0], world, batch)
+        _expect_steps_per_epoch(got[1], n, world, batch)
+
+
+def _expect_global_batch(global_batch: int, world: int, batch: int) -> None:
+    """The global batch is every process's --batch-size together."""
+    want = world * batch
+    expect(
+        global_batch == want or global_batch != batch,
+        _("{world} processes with --batch-size {batch}: one optimizer step averages the gradients of "
+          "{want} samples, not {got}. --batch-size is per process.").format(
+              world=world, batch=batch, want=want, got=global_batch))
+    expect(
+        global_batch == want,
+        _("{world} processes with --batch-size {batch}: the global batch is world_size × batch_size = {want}, "
+          "not {got}").format(world=world, batch=batch, want=want, got=global_batch))
+
+
+def _expect_steps_per_epoch(steps: int, n: int, world: int, batch: int) -> None:
+    """An epoch has as many steps as batches in each process's padded shard, the last one partial."""
+    hint = _steps_hint(n, world, batch, steps)
+    expect(hint is None, hint or "-")
+    want = true_ddp_numbers(n, world, batch)[1]
+    expect(
+        steps == want,
+        _("{n} samples, {world} processes, batch {batch}: {steps} steps per epoch, not {got}. Each process "
+          "reads ceil({n}/{world}) samples (the sampler pads the shards to equal length), in batches of "
+          "{batch}, the last one partial").format(n=n, world=world, batch=batch, steps=want, got=steps))
 
 
 # --- Exercise 2 · Fix the sampler setup -------------------------------------------------------------
@@ -188,8 +193,7 @@ def _shards_of(answer: Callable[..., list[list[int]]], n: int, world: int, epoch
              _("rank {rank}: return a list with one list of int indices per epoch ({epochs} epochs), such as "
                "list(sampler) or tensor.tolist(); got {nesting}")).format(
                  rank=rank, epochs=epochs, nesting=_nesting(per_epoch),
-                 count=len(per_epoch) if isinstance(per_epoch, list) else 0),
-        )
+                 count=len(per_epoch) if isinstance(per_epoch, list) else 0))
         shards.append(per_epoch)
     return shards
 
@@ -203,29 +207,25 @@ def _expect_one_epoch_sharded(shards: list[list[list[int]]], n: int, world: int,
         _("{n} samples on {world} ranks, epoch {epoch}: every rank got {floor} indices, so the last "
           "{left} samples were dropped (drop_last=True). Keep drop_last=False, as the task's training loop "
           "does: the sampler then pads the shards to ceil({n}/{world}) = {per_rank} by repeating samples"
-          ).format(n=n, world=world, epoch=epoch, floor=n // world, left=n % world, per_rank=per_rank),
-    )
+          ).format(n=n, world=world, epoch=epoch, floor=n // world, left=n % world, per_rank=per_rank))
     expect(
         sizes == [per_rank] * world,
         _("{n} samples on {world} ranks, epoch {epoch}: every rank must get ceil({n}/{world}) = "
           "{per_rank} indices (got {sizes}). The sampler pads uneven data by repeating the first "
           "indices of the shuffled list, so that every rank takes the same number of steps; keep "
           "drop_last=False as the task's training loop does").format(
-              n=n, world=world, epoch=epoch, per_rank=per_rank, sizes=sizes),
-    )
+              n=n, world=world, epoch=epoch, per_rank=per_rank, sizes=sizes))
     expect(
         world == 1 or any(shards[rank][epoch] != shards[0][epoch] for rank in range(1, world)),
         _("{n} samples on {world} ranks, epoch {epoch}: every rank got the same indices, "
           "{indices}, so the ranks all train on one shard. The rank was not used: pass "
           "rank=rank to DistributedSampler, next to num_replicas=world_size").format(
-              n=n, world=world, epoch=epoch, indices=shards[0][epoch]),
-    )
+              n=n, world=world, epoch=epoch, indices=shards[0][epoch]))
     expect(
         {i for rank in range(world) for i in shards[rank][epoch]} == set(range(n)),
         _("epoch {epoch}: the {world} ranks together must see every one of the {n} samples. Overlapping "
           "shards mean the ranks shuffled differently: every rank must use the same seed and the same "
-          "epoch number (only rank differs).").format(epoch=epoch, world=world, n=n),
-    )
+          "epoch number (only rank differs).").format(epoch=epoch, world=world, n=n))
 
 
 # (n_samples, world_size, epochs, seed): one size that divides evenly, two that do not (padding); three seeds.
@@ -240,40 +240,40 @@ def check_epoch_shards(epoch_shards: Callable[[int, int, int, int, int], list[li
         # Each epoch: equal shards that together cover the data.
         for epoch in range(epochs):
             _expect_one_epoch_sharded(shards, n, world, epoch)
-        # The order: shuffled, anew every epoch (epochs numbered from 0), from the seed given.
-        in_order = (list(range(n)) * 2)[:math.ceil(n / world) * world]  # what shuffle=False gives, padded
+        _expect_shuffled_as_the_sampler(shards, n, world, epochs, seed)
+
+
+def _expect_shuffled_as_the_sampler(shards: list[list[list[int]]], n: int, world: int, epochs: int,
+                                    seed: int) -> None:
+    """The order is shuffled, anew every epoch (epochs numbered from 0), from the seed given, as the sampler does."""
+    in_order = (list(range(n)) * 2)[:math.ceil(n / world) * world]  # what shuffle=False gives, padded
+    expect(
+        any(shards[rank][0] != in_order[rank::world] for rank in range(world)),
+        _("{n} samples on {world} ranks: rank 0 sees {indices} in epoch 0, the data in their order: "
+          "they are not shuffled. Keep shuffle=True (DistributedSampler's default)").format(
+              n=n, world=world, indices=shards[0][0]))
+    expect(
+        all(shards[rank][0] != shards[rank][1] for rank in range(world)),
+        _("{n} samples on {world} ranks: epochs 0 and 1 have the same order. The sampler shuffles with "
+          "seed + epoch, and its epoch stays 0 until set_epoch changes it: call sampler.set_epoch(epoch) at "
+          "the start of each epoch").format(n=n, world=world))
+    want = [true_epoch_shards(n, world, rank, epochs + 1, seed) for rank in range(world)]  # one epoch more
+    expect(
+        any(shards[rank] != want[rank][1:] for rank in range(world)),
+        _("{n} samples, {world} ranks: epoch 0 got the order of the sampler's epoch 1, epoch 1 that of "
+          "epoch 2, and so on. Number the epochs from 0: sampler.set_epoch(epoch) for epoch in "
+          "range(epochs)").format(n=n, world=world))
+    expect(
+        seed == 0 or any(shards[rank] != true_epoch_shards(n, world, rank, epochs, 0) for rank in range(world)),
+        _("{n} samples, {world} ranks, seed {seed}: every rank sees what seed 0 gives. Pass the seed argument "
+          "to DistributedSampler (seed=seed)").format(n=n, world=world, seed=seed))
+    for rank in range(world):
         expect(
-            any(shards[rank][0] != in_order[rank::world] for rank in range(world)),
-            _("{n} samples on {world} ranks: rank 0 sees {indices} in epoch 0, the data in their order: "
-              "they are not shuffled. Keep shuffle=True (DistributedSampler's default)").format(
-                  n=n, world=world, indices=shards[0][0]),
-        )
-        expect(
-            all(shards[rank][0] != shards[rank][1] for rank in range(world)),
-            _("{n} samples on {world} ranks: epochs 0 and 1 have the same order. The sampler shuffles with "
-              "seed + epoch, and its epoch stays 0 until set_epoch changes it: call sampler.set_epoch(epoch) at "
-              "the start of each epoch").format(n=n, world=world),
-        )
-        want = [true_epoch_shards(n, world, rank, epochs + 1, seed) for rank in range(world)]  # one epoch more
-        expect(
-            any(shards[rank] != want[rank][1:] for rank in range(world)),
-            _("{n} samples, {world} ranks: epoch 0 got the order of the sampler's epoch 1, epoch 1 that of "
-              "epoch 2, and so on. Number the epochs from 0: sampler.set_epoch(epoch) for epoch in "
-              "range(epochs)").format(n=n, world=world),
-        )
-        expect(
-            seed == 0 or any(shards[rank] != true_epoch_shards(n, world, rank, epochs, 0) for rank in range(world)),
-            _("{n} samples, {world} ranks, seed {seed}: every rank sees what seed 0 gives. Pass the seed argument "
-              "to DistributedSampler (seed=seed)").format(n=n, world=world, seed=seed),
-        )
-        for rank in range(world):
-            expect(
-                shards[rank] == want[rank][:-1],
-                _("{n} samples, {world} ranks: rank {rank} does not see what DistributedSampler(dataset, "
-                  "num_replicas, rank, shuffle=True, seed=seed) gives with set_epoch(0), set_epoch(1), ...: "
-                  "use the sampler, its seed and its epoch numbers as they are, so that a resumed run can "
-                  "reproduce them").format(n=n, world=world, rank=rank),
-            )
+            shards[rank] == want[rank][:-1],
+            _("{n} samples, {world} ranks: rank {rank} does not see what DistributedSampler(dataset, "
+              "num_replicas, rank, shuffle=True, seed=seed) gives with set_epoch(0), set_epoch(1), ...: "
+              "use the sampler, its seed and its epoch numbers as they are, so that a resumed run can "
+              "reproduce them").format(n=n, world=world, rank=rank))
 
 
 # --- Exercise 3 · Gradient accumulation with no_sync() ----------------------------------------------
@@ -411,27 +411,23 @@ def _expect_passes_and_one_step(log: list, ddp: RecordingDDP, k: int) -> None:
     expect(
         any(ddp.via_wrapper),
         _("the model was never called through the DDP wrapper: call ddp(x), not ddp.module(x) (the module "
-          "alone never all-reduces)"),
-    )
+          "alone never all-reduces)"))
     passes = [what for what, _synced in log if what in ("forward", "backward")]
     expect(
         passes.count("forward") == k and passes.count("backward") == k,
         _("{k} micro-batch(es) need {k} forward and {k} backward passes, one each; got {forwards} "
           "forward(s) and {backwards} backward(s)").format(
-              k=k, forwards=passes.count("forward"), backwards=passes.count("backward")),
-    )
+              k=k, forwards=passes.count("forward"), backwards=passes.count("backward")))
     expect(
         passes == ["forward", "backward"] * k,
         _("run each micro-batch's backward right after its forward: keeping every micro-batch's graph until "
-          "one backward at the end costs the memory that accumulation is meant to save"),
-    )
+          "one backward at the end costs the memory that accumulation is meant to save"))
     steps = [i for i, (what, _synced) in enumerate(log) if what == "step"]
     expect(len(steps) == 1, _("call optimizer.step() exactly once (it was called {count} time(s))").format(
         count=len(steps)))
     expect(
         steps[0] > max(i for i, (what, _synced) in enumerate(log) if what == "backward"),
-        _("optimizer.step() ran before the last micro-batch's backward: call it after the loop"),
-    )
+        _("optimizer.step() ran before the last micro-batch's backward: call it after the loop"))
 
 
 def _expect_one_all_reduce(log: list, ddp: RecordingDDP, k: int) -> None:
@@ -441,34 +437,29 @@ def _expect_one_all_reduce(log: list, ddp: RecordingDDP, k: int) -> None:
         forwards[-1] or ddp.via_wrapper[-1],
         _("the last micro-batch's forward bypassed the wrapper (ddp.module(x)): its backward does not "
           "all-reduce, so every rank steps with its own gradients. Call ddp(x) for the last micro-batch, "
-          "outside no_sync()"),
-    )
+          "outside no_sync()"))
     too_late = [i + 1 for i in range(k - 1) if forwards[i] and not ddp.sync_at_backward[i]]
     expect(
         not too_late,
         _("micro-batch {i}'s forward ran outside no_sync() and its backward inside it (or with "
           "require_backward_grad_sync False): too late, since DDP decides in forward whether the backward "
           "all-reduces. Run the forward of each of the first K-1 micro-batches inside `with ddp.no_sync():` too"
-          ).format(i=too_late[0] if too_late else 0),
-    )
+          ).format(i=too_late[0] if too_late else 0))
     expect(
         forwards[-1] or not any(forwards),
         _("a micro-batch before the last set up the all-reduce, and the last ran inside no_sync() (or with "
           "require_backward_grad_sync False): the gradients accumulated after the all-reduce stay on their "
-          "rank. Run the first K-1 micro-batches inside no_sync() and the last one outside"),
-    )
+          "rank. Run the first K-1 micro-batches inside no_sync() and the last one outside"))
     expect(
         forwards[-1],
         _("the last micro-batch ran inside no_sync() (or with require_backward_grad_sync False): then no "
           "backward all-reduces and every rank steps with its own gradients. Run the last micro-batch outside "
-          "no_sync()"),
-    )
+          "no_sync()"))
     expect(
         not any(forwards[:-1]),
         _("micro-batch {i} of {k} ran outside no_sync(), so its backward all-reduced too: run the forward and "
           "backward of each of the first K-1 micro-batches inside `with ddp.no_sync():`").format(
-              i=forwards.index(True) + 1, k=k),
-    )
+              i=forwards.index(True) + 1, k=k))
 
 
 def _expect_mean_gradient(got: list, reference: nn.Module, batches: list, loss_fn: nn.Module) -> None:
@@ -480,41 +471,34 @@ def _expect_mean_gradient(got: list, reference: nn.Module, batches: list, loss_f
     expect(
         any(g is not None and g.abs().max() > 0 for g in got),
         _("the step found no gradient (None or zeros): the gradients were cleared after the last backward. "
-          "Clear them once, with optimizer.zero_grad() before the first micro-batch"),
-    )
+          "Clear them once, with optimizer.zero_grad() before the first micro-batch"))
     expect(
         not all(g is not None and (g > _LEFTOVER / 2).all() for g in got),
         _("the gradients the step used still held the leftovers the check put in .grad ({leftover} in every "
-          "element): start with optimizer.zero_grad(), before the first micro-batch").format(leftover=_LEFTOVER),
-    )
+          "element): start with optimizer.zero_grad(), before the first micro-batch").format(leftover=_LEFTOVER))
     expect(
         isinstance(loss_fn, nn.MSELoss) or not _same(got, _grads(reference, *everything, nn.MSELoss())),
         _("loss_fn was {loss_fn}, and the step used the gradient of a mean squared error instead: compute "
-          "each micro-batch's loss with loss_fn(ddp(x), y), the loss function you are given").format(loss_fn=loss_fn),
-    )
+          "each micro-batch's loss with loss_fn(ddp(x), y), the loss function you are given").format(loss_fn=loss_fn))
     expect(
         k == 1 or not _same(got, [g / k for g in _grads(reference, *batches[-1], loss_fn)]),
         _("only the last micro-batch's gradient reached the step: zero the gradients once, before the first "
-          "micro-batch, not inside the loop"),
-    )
+          "micro-batch, not inside the loop"))
     scale = _scale(got, want)
     expect(
         scale is None or abs(scale - k) > 1e-4 or k == 1,
         _("the step used {k} times the mean gradient: divide each micro-batch's loss by the number of "
-          "micro-batches ({k}) before backward, so that the accumulated sum is the mean over all samples").format(k=k),
-    )
+          "micro-batches ({k}) before backward, so that the accumulated sum is the mean over all samples").format(k=k))
     expect(
         scale is None or abs(scale - 1) < 1e-4,
         _("the step used {scale} times the mean gradient over the window's {k} micro-batches of {rows} "
           "samples: weigh each micro-batch's mean loss by 1/{k}, one over the number of micro-batches, so that "
-          "the accumulated sum is the mean over all samples").format(scale=f"{scale or 0:.3g}", k=k, rows=rows),
-    )
+          "the accumulated sum is the mean over all samples").format(scale=f"{scale or 0:.3g}", k=k, rows=rows))
     for (name, _param), g, w in zip(reference.named_parameters(), got, want, strict=True):
         expect(
             g is not None and torch.allclose(g, w, atol=1e-6),
             _("the gradient of {name} that the step used, {got}, is not the mean gradient over all the "
-              "window's samples, {want}").format(name=name, got=_rounded(g), want=_rounded(w)),
-        )
+              "window's samples, {want}").format(name=name, got=_rounded(g), want=_rounded(w)))
 
 
 # (K micro-batches, samples in each, seed, loss): K and the micro-batch's size differ in the windows of K > 1.
