@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from utils.checks import exercise, expect, keeps_global_rng, learner_code
-from utils.exercises.common import shape_of, translated
+from utils.exercises.common import is_whole_number, shape_of, translated
 from utils.i18n import N_, _
 
 __all__ = ["check_count_parameters", "check_load_checked", "check_tied_lm"]
@@ -359,7 +359,7 @@ def _expect_count(count: Callable[[nn.Module], int], label: str, model: nn.Modul
                       _("not known from here: the error is in your count_parameters"),
                       causes=translated(_COUNTING_ERRORS)):
         got = count(model)
-    expect(isinstance(got, numbers.Integral) and not isinstance(got, bool),
+    expect(is_whole_number(got),
            _("return an int, got {type} (for {model}); wrap a tensor or float in int(...)").format(
                type=type(got).__name__, model=label))
     got = int(got)  # a NumPy integer (np.sum of the sizes) counts too

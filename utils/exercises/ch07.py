@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import nn
 
-from utils.checks import ExerciseFailed, exercise, expect, keeps_global_rng, learner_code
-from utils.exercises.common import ks_distance, randn
+from utils.checks import ExerciseFailed, exercise, expect
+from utils.exercises.common import CUDA_IN_ERROR, HARD_CODED_DEVICE, calling, ks_distance, own_rng, randn
 from utils.exercises.cuda_rules import same_device
 from utils.exercises.observe import TorchCalls
 from utils.i18n import N_, _
@@ -35,29 +35,6 @@ CPU = torch.device("cpu")
 
 # --- shared by the checks ---------------------------------------------------------------------------
 
-_CUDA = re.compile(r"cuda|nvidia", re.IGNORECASE)
-_HARD_CODED = N_(
-    "a hard-coded device such as .cuda() or device='cuda' (torch.device('cuda') fails where there is no "
-    "GPU, and elsewhere puts tensors where the caller did not ask): take the device from the input "
-    "(x.device) or leave it to .to(device)")
-
-
-@contextlib.contextmanager
-def _calling(what: str, hint: str, on: torch.device = CPU) -> Iterator[None]:
-    """:func:`learner_code` that recognizes a hard-coded CUDA device in the error.
-
-    ``on`` is the device of the check's inputs: when it is not a CUDA device, an error that mentions
-    CUDA comes from the learner's code asking for CUDA by itself.
-    """
-    try:
-        yield
-    except ExerciseFailed:
-        raise
-    except Exception as err:
-        if on.type != "cuda" and _CUDA.search(f"{type(err).__name__}: {err}"):
-            hint = _(_HARD_CODED)
-        with learner_code(what, hint):
-            raise err from None
 
 
 def _device_arg(device: object) -> torch.device:
@@ -81,17 +58,6 @@ def _takes_device(run: Callable[..., None]) -> Callable[..., None]:
 
     checked.judge = lambda answer, device=None: run.judge(answer, _device_arg(device))  # type: ignore[attr-defined]
     return checked
-
-
-def _own_rng(check: Callable[..., None]) -> Callable[..., None]:
-    """Run ``check`` with its own CPU random state, so calling it leaves the learner's unchanged."""
-
-    @functools.wraps(check)
-    def run(*args, **kwargs) -> None:
-        torch.default_generator.manual_seed(6)
-        check(*args, **kwargs)
-
-    return keeps_global_rng(run)
 
 
 def _device_rng_kept(device: torch.device) -> contextlib.AbstractContextManager:
@@ -128,8 +94,8 @@ def _on_meta(what: str, advice: str, called: str = "", hint: str = "") -> Iterat
     except ExerciseFailed:
         raise
     except Exception as err:
-        if called and (isinstance(err, NotImplementedError) or _CUDA.search(str(err))):
-            with _calling(called, hint):
+        if called and (isinstance(err, NotImplementedError) or CUDA_IN_ERROR.search(str(err))):
+            with calling(called, hint):
                 raise
         error = type(err).__name__
         expect(False, _(
@@ -189,7 +155,7 @@ _STANDARDIZES = N_("forward(self, x) standardizes x, then runs the layers")
 
 @_takes_device
 @exercise("Exercise 1 · Make .to() move everything")
-@_own_rng
+@own_rng
 def check_movable(cls: type[nn.Module], device: torch.device | str | None = None) -> None:
     """``cls(mean, std, widths)``: standardize with constant ``mean``/``std``, then Linear layers.
 
@@ -218,7 +184,7 @@ def check_movable(cls: type[nn.Module], device: torch.device | str | None = None
 def _built(cls: type[nn.Module], mean: torch.Tensor, std: torch.Tensor, widths: tuple[int, ...],
            dtype: torch.dtype | None = None) -> nn.Module:
     """``cls(mean, std, widths)`` on copies of the constants, then ``.to(dtype)`` if one is given."""
-    with _calling(_("building cls(mean, std, widths={widths})").format(widths=widths),
+    with calling(_("building cls(mean, std, widths={widths})").format(widths=widths),
                   _("the constructor takes (mean, std, widths) and calls super().__init__() first")):
         model = cls(mean.clone(), std.clone(), widths)
         return model if dtype is None else model.to(dtype)
@@ -230,7 +196,7 @@ def _expect_movable_after_construction(model: nn.Module, build: Callable[[], nn.
     expect(
         not placed,
         _("right after construction some tensors are on {device}, but mean and std "
-          "arrived on the CPU: {cause}").format(device=placed[0] if placed else "", cause=_(_HARD_CODED)))
+          "arrived on the CPU: {cause}").format(device=placed[0] if placed else "", cause=_(HARD_CODED_DEVICE)))
     left = stray_attributes(model)
     lists = [stray_text(where, container) for where, container in left if container is not None]
     plain = [stray_text(where, container) for where, container in left if container is None]
@@ -253,7 +219,7 @@ def _expect_movable_after_construction(model: nn.Module, build: Callable[[], nn.
 
 def _expect_no_moving_override(probe: nn.Module, plain: list[str]) -> None:
     """An override of ``.to()`` or ``_apply`` that moves the plain tensors still leaves them out of the state_dict."""
-    with _calling("model.to('meta')", _("an override of .to() or _apply must still move the module")):
+    with calling("model.to('meta')", _("an override of .to() or _apply must still move the module")):
         probe.to(META)
     expect(
         not all(v.is_meta for _name, v in _own_attributes(probe) if _is_plain_tensor(v)),
@@ -270,7 +236,7 @@ def _expect_standardized_mlp(model: nn.Module, x: torch.Tensor, mean: torch.Tens
                              widths: tuple[int, ...]) -> None:
     """forward leaves ``x`` as it was and runs ``(x - mean) / std`` through Linear layers of ``widths`` and ReLUs."""
     given = x.clone()
-    with _calling(_("calling the model on a (5, {width}) batch").format(width=widths[0]), _(_STANDARDIZES)):
+    with calling(_("calling the model on a (5, {width}) batch").format(width=widths[0]), _(_STANDARDIZES)):
         y = model(x)
     expect(
         torch.equal(x, given),
@@ -298,7 +264,7 @@ def _expect_standardized_mlp(model: nn.Module, x: torch.Tensor, mean: torch.Tens
 def _expect_gradient_into_every_layer(model: nn.Module, x: torch.Tensor) -> None:
     """The output's gradient reaches the input and every Linear layer's parameters."""
     x_grad = x.clone().requires_grad_()
-    with _calling(_("backward through the model's output"), _(_STANDARDIZES)):
+    with calling(_("backward through the model's output"), _(_STANDARDIZES)):
         if (out := model(x_grad)).requires_grad:
             out.sum().backward()
     cut = [f"{name}.{kind}" for name, m in model.named_modules() if isinstance(m, nn.Linear)
@@ -338,7 +304,7 @@ def _expect_constants_in_buffers_of_their_own(model: nn.Module, mean: torch.Tens
 
 def _expect_moved_to_meta(model: nn.Module, widths: tuple[int, ...]) -> None:
     """``.to('meta')`` returns the model with every tensor on meta, and a meta input then gives a meta output."""
-    with _calling("model.to('meta')", _("do not override .to(); register tensors so that nn.Module moves them")):
+    with calling("model.to('meta')", _("do not override .to(); register tensors so that nn.Module moves them")):
         moved = model.to(META)
     expect(moved is model, _(".to() on a module must return the module itself"))
     behind = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.device != META]
@@ -354,7 +320,7 @@ def _expect_same_output_on(device: torch.device, fresh: nn.Module, x: torch.Tens
     """After ``.to(device)`` the model gives on ``device`` the output it gives on the CPU."""
     with torch.no_grad():
         reference = fresh(x)
-        with _calling(_("running the model on {device} after .to({type})").format(
+        with calling(_("running the model on {device} after .to({type})").format(
                 device=device, type=repr(device.type)), "", on=device):
             on_device = fresh.to(device)(x.to(device))
     expect(
@@ -371,14 +337,14 @@ def _expect_dtype_converted(build: Callable[..., nn.Module], x: torch.Tensor) ->
     expect(
         all(t.dtype == torch.float64 for t in [*wide.parameters(), *wide.buffers()]),
         _(".to(torch.float64) must convert every parameter and buffer"))
-    with _calling(_("calling the float64 model on a float64 batch"),
+    with calling(_("calling the float64 model on a float64 batch"),
                   _("create nothing with a fixed dtype in forward")):
         out64 = wide(x.double())
     expect(out64.dtype == torch.float64, _("after .to(torch.float64) the output must be float64"))
     fixed = _("create nothing with a fixed dtype in forward: x.float(), or a tensor made without dtype=x.dtype, "
               "is float32, which a bfloat16 (or float16) model's layers refuse")
     narrow = build(torch.bfloat16)
-    with _calling(_("calling the model after .to(torch.bfloat16) on a bfloat16 batch"), fixed):
+    with calling(_("calling the model after .to(torch.bfloat16) on a bfloat16 batch"), fixed):
         out16 = narrow(x.bfloat16())
     expect(out16.dtype == torch.bfloat16,
            _("after .to(torch.bfloat16) the output must be bfloat16: {cause}").format(cause=fixed))
@@ -416,7 +382,7 @@ _IN_EVAL = N_("calling the layer in eval mode")
 
 @_takes_device
 @exercise("Exercise 2 · Noise that follows its input")
-@_own_rng
+@own_rng
 def check_noise(cls: type[nn.Module], device: torch.device | str | None = None) -> None:
     """``cls(sigma)``: in training mode add ``sigma`` times standard normal noise; in eval mode, identity.
 
@@ -424,13 +390,13 @@ def check_noise(cls: type[nn.Module], device: torch.device | str | None = None) 
     with its dtype, from that device's own generator; the gradient passes to ``x`` as through ``x + noise``,
     and the input itself is not modified. ``device`` (default: the CPU) is where the answer is also run.
     """
-    with _calling(_("building cls(0.5)"), _(_SIGMA_CONSTRUCTOR)):
+    with calling(_("building cls(0.5)"), _(_SIGMA_CONSTRUCTOR)):
         layer = cls(0.5)
     expect(isinstance(layer, nn.Module), _("the class must subclass nn.Module"))
     noisy = _expect_fresh_noise_in_training(layer)
     std = _expect_independent_normal_noise(noisy)
     _expect_noise_per_element_of_a_batch(layer)
-    with _calling(_("calling the layer on torch.ones(20_000)"), ""):
+    with calling(_("calling the layer on torch.ones(20_000)"), ""):
         shifted = layer(torch.ones(20_000))
     expect(abs(shifted.mean().item() - 1) < 0.02, _("add the noise to the input (x + noise), do not replace it"))
     _expect_gradient_passes(layer)
@@ -438,7 +404,7 @@ def check_noise(cls: type[nn.Module], device: torch.device | str | None = None) 
     _expect_identity_in_eval(layer)
     _expect_noise_on_the_input_device(layer)
     _expect_noise_of_the_input_dtype(layer)
-    with _device_rng_kept(device), _calling(_("calling the layer on an input on {device}").format(device=device), "",
+    with _device_rng_kept(device), calling(_("calling the layer on an input on {device}").format(device=device), "",
                                             on=device):
         there = layer(torch.zeros(3, 4, device=device))
     expect(
@@ -449,7 +415,7 @@ def check_noise(cls: type[nn.Module], device: torch.device | str | None = None) 
 def _expect_fresh_noise_in_training(layer: nn.Module) -> torch.Tensor:
     """In training mode the output (returned) has the input's shape, differs from it, and changes on every call."""
     x = torch.zeros(20_000)
-    with _calling(_(_ON_ZEROS), _("forward(self, x) returns x plus sigma times standard normal noise")):
+    with calling(_(_ON_ZEROS), _("forward(self, x) returns x plus sigma times standard normal noise")):
         noisy = layer(x)
         again = layer(x)
     expect(
@@ -468,13 +434,13 @@ def _expect_fresh_noise_in_training(layer: nn.Module) -> torch.Tensor:
 
 def _fail_without_noise(layer: nn.Module, x: torch.Tensor) -> None:
     """Fail an answer that adds no noise in training mode, with the cause the check sees where it sees one."""
-    with _calling(_("calling the layer in training mode on torch.ones(20_000)"), ""):
+    with calling(_("calling the layer in training mode on torch.ones(20_000)"), ""):
         on_ones = layer(torch.ones(20_000))
     expect(
         not isinstance(on_ones, torch.Tensor) or torch.equal(on_ones, torch.ones(20_000)),
         _("on torch.zeros(20_000) the output stayed all zeros, and on ones it changed: the noise is multiplied "
           "into x. Add it: return x + sigma * noise"))
-    with _calling(_(_IN_EVAL), ""):
+    with calling(_(_IN_EVAL), ""):
         in_eval = layer.eval()(x)
     layer.train()
     expect(
@@ -482,7 +448,7 @@ def _fail_without_noise(layer: nn.Module, x: torch.Tensor) -> None:
         _("the noise comes in eval mode and not in training mode: the condition is the wrong way round. "
           "Add the noise when self.training is True"))
     layer.eval = _FalsyEval(nn.Module.eval, layer)
-    with _calling(_(_ON_ZEROS), ""):
+    with calling(_(_ON_ZEROS), ""):
         probe = layer(x)
     del layer.eval
     expect(
@@ -519,7 +485,7 @@ def _expect_independent_normal_noise(noisy: torch.Tensor) -> float:
 
 def _expect_noise_per_element_of_a_batch(layer: nn.Module) -> None:
     """On a (64, 32) batch the output has the batch's shape, and no row or column of noise is shared."""
-    with _calling(_("calling the layer on a (64, 32) batch"), _("draw noise of x's full shape")):
+    with calling(_("calling the layer on a (64, 32) batch"), _("draw noise of x's full shape")):
         batch = layer(torch.zeros(64, 32))
     expect(
         isinstance(batch, torch.Tensor) and batch.shape == (64, 32),
@@ -533,7 +499,7 @@ def _expect_noise_per_element_of_a_batch(layer: nn.Module) -> None:
 def _expect_gradient_passes(layer: nn.Module) -> None:
     """In training mode the gradient of ``layer(x).sum()`` with respect to ``x`` is all ones, as for ``x + noise``."""
     x, calls = torch.zeros(64, requires_grad=True), TorchCalls()
-    with calls, _calling(_("calling the layer in training mode on an input that requires grad"), ""):
+    with calls, calling(_("calling the layer in training mode on an input that requires grad"), ""):
         out = layer(x)
         if isinstance(out, torch.Tensor) and out.requires_grad:
             out.sum().backward()
@@ -553,9 +519,9 @@ def _expect_gradient_passes(layer: nn.Module) -> None:
 
 def _expect_other_sigma(cls: type[nn.Module], std_at_half: float) -> None:
     """A second layer, ``cls(2.0)``, has noise of std 2, passes the gradient, and returns its input in eval mode."""
-    with _calling(_("building cls(2.0)"), _(_SIGMA_CONSTRUCTOR)):
+    with calling(_("building cls(2.0)"), _(_SIGMA_CONSTRUCTOR)):
         layer = cls(2.0)
-    with _calling(_("calling cls(2.0) in training mode on torch.zeros(20_000)"), ""):
+    with calling(_("calling cls(2.0) in training mode on torch.zeros(20_000)"), ""):
         noisy = layer(torch.zeros(20_000))
     std = noisy.std().item() if isinstance(noisy, torch.Tensor) and noisy.is_floating_point() else float("nan")
     if abs(std - std_at_half) < 0.02:
@@ -565,7 +531,7 @@ def _expect_other_sigma(cls: type[nn.Module], std_at_half: float) -> None:
               "sigma given to the constructor. Scale the noise by self.sigma").format(std=f"{std:.3f}"))
     expect(abs(std - 2.0) < 0.08, _("sigma=2.0 must give noise of std 2.0; got {std}").format(std=f"{std:.3f}"))
     _expect_gradient_passes(layer)
-    with _calling(_("cls(2.0).eval(), then calling it"), _("in eval mode return x")):
+    with calling(_("cls(2.0).eval(), then calling it"), _("in eval mode return x")):
         layer.eval()
         kept = layer(torch.ones(5))
     expect(
@@ -575,10 +541,10 @@ def _expect_other_sigma(cls: type[nn.Module], std_at_half: float) -> None:
 
 def _expect_identity_in_eval(layer: nn.Module) -> None:
     """After ``layer.eval()`` the layer returns its input unchanged (it is put back in training mode after)."""
-    with _calling("layer.eval()", _("do not override eval() or train()")):
+    with calling("layer.eval()", _("do not override eval() or train()")):
         layer.eval()
     x = torch.zeros(20_000)
-    with _calling(_(_IN_EVAL), _("in eval mode return x")):
+    with calling(_(_IN_EVAL), _("in eval mode return x")):
         kept = layer(x)
     expect(
         isinstance(kept, torch.Tensor) and torch.equal(kept, x),
@@ -624,7 +590,7 @@ def _dtype_cause(layer: nn.Module, dtype: torch.dtype) -> str:
 def _expect_noise_of_the_input_dtype(layer: nn.Module) -> None:
     """A bfloat16 input gives a bfloat16 output, and a float64 input a float64 one."""
     for dtype in (torch.bfloat16, torch.float64):
-        with _calling(_("calling the layer on a {dtype} input").format(dtype=dtype),
+        with calling(_("calling the layer on a {dtype} input").format(dtype=dtype),
                       _("create the noise with x's dtype")):
             typed = layer(torch.zeros(8, dtype=dtype))
         if not (isinstance(typed, torch.Tensor) and typed.dtype == dtype):

@@ -7,7 +7,6 @@ compares the answer with the bytes the step really holds.
 from __future__ import annotations
 
 import copy
-import numbers
 from collections.abc import Callable, Iterable
 
 import torch
@@ -15,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from utils.checks import exercise, expect, learner_code
-from utils.exercises.ch07 import _calling, _own_rng  # chapter 07's: a hard-coded CUDA device, a fixed seed
+from utils.exercises.common import calling, is_whole_number, own_rng
 from utils.i18n import N_, _
 
 __all__ = ["check_accumulate", "check_training_bytes"]
@@ -170,7 +169,7 @@ def _cause_of_error(fn: Callable[[nn.Module], int], model: nn.Module, err: Excep
 
 
 @exercise("Exercise 1 · Memory of a training step")
-@_own_rng
+@own_rng
 def check_training_bytes(fn: Callable[[nn.Module], int]) -> None:
     """``fn(model) -> int``: bytes of parameters + gradients + Adam's two moment estimates.
 
@@ -184,10 +183,10 @@ def check_training_bytes(fn: Callable[[nn.Module], int]) -> None:
         try:
             got = fn(copy.deepcopy(model))
         except Exception as err:
-            with _calling(_("your function on {label}").format(label=_(label)), _cause_of_error(fn, model, err)):
+            with calling(_("your function on {label}").format(label=_(label)), _cause_of_error(fn, model, err)):
                 raise
         expect(
-            isinstance(got, numbers.Integral) and not isinstance(got, bool),
+            is_whole_number(got),
             (_("return an int (bytes); got {type} (use integer arithmetic, or int(...))") if isinstance(got, float)
              else _("return an int (bytes); got {type}")).format(type=type(got).__name__))
         got = int(got)  # a NumPy integer (from np.prod) counts too
@@ -304,7 +303,7 @@ _NO_GRAD_YET = N_("the parameters start without gradients, so p.grad is None: ba
 
 
 @exercise("Exercise 2 · Accumulate gradients")
-@_own_rng
+@own_rng
 def check_accumulate(fn: Callable[..., None]) -> None:
     """``fn(model, loss_fn, x, y, size)``: the whole batch's gradient, from micro-batches of at most ``size`` rows.
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-import numbers
 from collections.abc import Callable
 
 import torch
@@ -26,7 +25,7 @@ from torch import nn
 
 from utils._validate import check_int
 from utils.checks import exercise, expect, learner_code
-from utils.exercises.common import translated
+from utils.exercises.common import is_whole_number, translated
 from utils.i18n import N_, _
 
 __all__ = [
@@ -45,11 +44,6 @@ __all__ = [
 _NO_GROUP = {"Default process group has not been initialized": N_(
     "DistributedSampler was made without num_replicas and rank, so it asked the process group for them, and "
     "no process group exists here: pass num_replicas=world_size and rank=rank")}
-
-
-def _is_int(value: object) -> bool:
-    """A whole number of Python's or NumPy's kind (np.int64 from np.ceil(...).astype(int) counts), not a bool."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 # --- Exercise 1 · The numbers of a DDP run -----------------------------------------------------------
@@ -115,7 +109,7 @@ def check_ddp_numbers(ddp_numbers: Callable[[int, int, int], tuple[int, int]]) -
                           _("not known from here: the error is in your ddp_numbers"), causes=translated(_NO_GROUP)):
             got = ddp_numbers(n, world, batch)
         expect(
-            isinstance(got, tuple) and len(got) == 2 and all(_is_int(v) for v in got),
+            isinstance(got, tuple) and len(got) == 2 and all(is_whole_number(v) for v in got),
             _("return a tuple of two ints (global_batch, steps_per_epoch); ddp_numbers({n}, {world}, {batch}) "
               "returned {got}").format(n=n, world=world, batch=batch, got=repr(got)))
         _expect_global_batch(got[0], world, batch)
@@ -186,7 +180,7 @@ def _shards_of(answer: Callable[..., list[list[int]]], n: int, world: int, epoch
         expect(
             isinstance(per_epoch, list)
             and len(per_epoch) == epochs
-            and all(isinstance(e, list) and all(_is_int(i) for i in e) for e in per_epoch),
+            and all(isinstance(e, list) and all(is_whole_number(i) for i in e) for e in per_epoch),
             (_("rank {rank}: return a list with one list of int indices per epoch ({epochs} epochs), such as "
                "list(sampler) or tensor.tolist(); got {nesting} ({count} of them)")
              if isinstance(per_epoch, list) and len(per_epoch) != epochs else

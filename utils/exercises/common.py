@@ -1,16 +1,30 @@
-"""What the checks of several chapters share: seeded data, how a result is named in a hint, and a distribution
-test. A chapter's check module keeps only what its own exercises need."""
+"""What the checks of several chapters share: seeded data and a fixed random state, how a result is named in a
+hint, a whole number, a distribution test, and the hint for a hard-coded CUDA device. A chapter's check module
+keeps only what its own exercises need."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
-from collections.abc import Callable
+import numbers
+import re
+from collections.abc import Callable, Iterator
 
 import torch
 
-from utils.i18n import _
+from utils.checks import ExerciseFailed, keeps_global_rng, learner_code
+from utils.i18n import N_, _
 
-__all__ = ["generator", "ks_distance", "ks_limit", "randn", "shape_of", "translated"]
+__all__ = ["CUDA_IN_ERROR", "HARD_CODED_DEVICE", "calling", "generator", "is_whole_number", "ks_distance", "ks_limit",
+           "own_rng", "randn", "shape_of", "translated"]
+
+#: An error that names CUDA: on a machine without one, the learner's code asked for it by itself.
+CUDA_IN_ERROR = re.compile(r"cuda|nvidia", re.IGNORECASE)
+HARD_CODED_DEVICE = N_(
+    "a hard-coded device such as .cuda() or device='cuda' (torch.device('cuda') fails where there is no "
+    "GPU, and elsewhere puts tensors where the caller did not ask): take the device from the input "
+    "(x.device) or leave it to .to(device)")
 
 
 def generator(seed: int) -> torch.Generator:
@@ -46,3 +60,37 @@ def translated(causes: dict[str, str]) -> dict[str, str]:
     """A table of causes for :func:`~utils.checks.learner_code` (pieces of error messages, and their causes marked
     with ``N_``), in the learner's language."""
     return {piece: _(cause) for piece, cause in causes.items()}
+
+
+def is_whole_number(value: object) -> bool:
+    """A whole number of Python's or NumPy's kind (np.int64 from np.ceil(...).astype(int) counts), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def own_rng(check: Callable[..., None]) -> Callable[..., None]:
+    """Run ``check`` with its own CPU random state, seeded alike every time, and give the learner's back after."""
+
+    @functools.wraps(check)
+    def run(*args, **kwargs) -> None:
+        torch.default_generator.manual_seed(6)
+        check(*args, **kwargs)
+
+    return keeps_global_rng(run)
+
+
+@contextlib.contextmanager
+def calling(what: str, hint: str, on: torch.device | None = None) -> Iterator[None]:
+    """:func:`~utils.checks.learner_code` that recognizes a hard-coded CUDA device in the error.
+
+    ``on`` is the device of the check's inputs (the CPU if None): when it is not a CUDA device, an error that mentions
+    CUDA comes from the learner's code asking for CUDA by itself.
+    """
+    try:
+        yield
+    except ExerciseFailed:
+        raise
+    except Exception as err:
+        if (on is None or on.type != "cuda") and CUDA_IN_ERROR.search(f"{type(err).__name__}: {err}"):
+            hint = _(HARD_CODED_DEVICE)
+        with learner_code(what, hint):
+            raise err from None
