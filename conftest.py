@@ -223,9 +223,8 @@ def _kernels_over_unix_sockets(config):
 
 @pytest.fixture(scope="session")
 def browser(request):
-    """One headless Chromium, driven by playwright, for tests/test_browser.py, test_slides.py and test_site.py (one
-    work unit, ``SHARED_WORKER``: they run on one worker, and start the browser once). Skips, or fails under
-    ``--require-browser``, where Chromium or playwright is missing."""
+    """One headless Chromium per worker, driven by playwright, for tests/test_browser.py, test_slides.py and
+    test_site.py. Skips, or fails under ``--require-browser``, where Chromium or playwright is missing."""
     from test_browser import CHROMIUM_FLAGS, chromium_or_skip
 
     chromium = chromium_or_skip(request.config.getoption("--require-browser"))
@@ -247,8 +246,10 @@ def _fail_for_missing_gpu(reason: str):
     return fail
 
 
-#: Test modules that share one worker, by unit name: the browser tests start one Chromium (the ``browser`` fixture).
-SHARED_WORKER = {"tests/test_browser.py": "browser", "tests/test_slides.py": "browser", "tests/test_site.py": "browser"}
+#: Test modules whose tests stay together on one worker, by unit name: each builds something dear once per worker
+#: (the decks, the site's pages, JupyterLab) and would otherwise build it on both. The three are units of their own,
+#: so that they run beside each other rather than one after another.
+SHARED_WORKER = {"tests/test_browser.py": "browser", "tests/test_slides.py": "slides", "tests/test_site.py": "site"}
 
 
 def work_unit(nodeid: str) -> str:

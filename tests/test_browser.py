@@ -2,8 +2,8 @@
 its figure, and RISE presents a chapter as a live slideshow.
 
 Both tests share one JupyterLab server (the ``lab`` fixture below) and one Chromium, the ``browser`` fixture of
-conftest.py, which tests/test_slides.py uses too (both modules are one work unit, ``SHARED_WORKER`` in conftest.py,
-so all of them run on the same worker). Needs Chromium (Debian/Ubuntu: `apt-get install chromium-headless-shell`,
+conftest.py (this module is one work unit, ``SHARED_WORKER`` in conftest.py, so both run on the same worker).
+Needs Chromium (Debian/Ubuntu: `apt-get install chromium-headless-shell`,
 which it prefers: the same engine without windows, lighter to start and run; else `chromium` or Chrome) and the
 `playwright` package from requirements.txt (it drives the system's Chromium; it downloads no browser). Without them
 the tests are skipped with that message, unless ``--require-browser`` (set by CI) turns the skip into a failure.

@@ -69,14 +69,14 @@ def test_a_gpu_run_cannot_be_green_by_skipping_and_outputs_are_compared(tmp_path
 
 
 def test_work_units_come_from_the_test_ids():
-    """A notebook is one unit, the browser modules another, every other test a unit of its own: no xdist_group
+    """A notebook is one unit, each browser module another, every other test a unit of its own: no xdist_group
     mark is needed (pytest 9.2 drops the ``@group`` suffix by which xdist carried one to its scheduler)."""
     ids = ["notebooks/07_gpu_placement.ipynb::Cell 0", "notebooks/07_gpu_placement.ipynb::Cell 12",
            "notebooks/zh-Hant/07_gpu_placement.ipynb::Cell 0", "tests/test_browser.py::test_rise",
            "tests/test_slides.py::test_deck[02]", "tests/test_checks.py::test_a", "tests/test_checks.py::test_b"]
     assert [conftest.work_unit(i) for i in ids] == [
         "notebooks/07_gpu_placement.ipynb", "notebooks/07_gpu_placement.ipynb",
-        "notebooks/zh-Hant/07_gpu_placement.ipynb", "browser", "browser",
+        "notebooks/zh-Hant/07_gpu_placement.ipynb", "browser", "slides",
         "tests/test_checks.py::test_a", "tests/test_checks.py::test_b"]
 
 
