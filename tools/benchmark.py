@@ -53,6 +53,13 @@ PLOT = "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()"
 COMPILE = "torch.compile(lambda x: x.sin() + 1, backend='eager')(torch.ones(3))"
 META = "torch.ones(2, device='meta') + 1"
 DETERMINISM = "torch.use_deterministic_algorithms(True)"
+# A torchrun job as chapter 10 starts its first (two agents, one gloo worker each) whose workers only meet.
+TORCHRUN = ("import tempfile\nfrom pathlib import Path\nfrom utils.launch import torchrun\n"
+            "with tempfile.TemporaryDirectory() as job:\n"
+            "    Path(job, 'meet.py').write_text('import torch._dynamo, torch.distributed as dist\\n'\n"
+            "                                    'dist.init_process_group(\"gloo\")\\ndist.barrier()\\n'\n"
+            "                                    'dist.destroy_process_group()\\n')\n"
+            "    torchrun('--nproc-per-node=1', '--log-dir=logs', 'meet.py', machines=2, cwd=job)")
 FIRST_USE = {
     "the setup cell alone": "",
     "+ one optimizer step (torch._dynamo)": STEP,
@@ -61,6 +68,7 @@ FIRST_USE = {
     "+ torch.use_deterministic_algorithms": DETERMINISM,
     "+ all four": "\n".join((STEP, COMPILE, META, DETERMINISM)),
     "+ one matplotlib figure": PLOT,
+    "+ one torchrun job (two agents, gloo)": TORCHRUN,
     "+ one optimizer step and one figure": f"{STEP}\n{PLOT}",
 }
 
@@ -73,6 +81,7 @@ TOPICS = {
     "meta": (r"""device=["']meta["']|torch\.device\(["']meta["']\)|\.to\(["']meta["']\)""", "torch._dynamo", META),
     "determinism": (r"use_deterministic_algorithms\(", "torch._dynamo", DETERMINISM),
     "figure": (r"plt\.|explore\(|build_explorer\(", "matplotlib.pyplot", PLOT),
+    "torchrun": (r"torchrun\(", None, TORCHRUN),  # the job runs in other processes: nothing to see here
 }
 #: The modules whose first import is dear (see ``--first-use``), watched by ``--loads``.
 LOADS = ("torch._dynamo", "sympy", "torch._inductor.config", "matplotlib.pyplot")
@@ -101,7 +110,7 @@ def paid_topics(nb: nbformat.NotebookNode, loads: dict[str, str]) -> list[str]:
     (``loads``: see :func:`first_loads`). A lesson that only names an optimizer, say to show the error an empty
     parameter list raises, pays nothing."""
     by_lessons = {m for m, cell in loads.items() if not cell.endswith(EXERCISES)}
-    return [t for t in lesson_topics(nb) if TOPICS[t][1] in by_lessons]
+    return [t for t in lesson_topics(nb) if TOPICS[t][1] in (None, *by_lessons)]
 
 
 def topic_floor(topics: list[str]) -> nbformat.NotebookNode:
@@ -210,8 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         if any(launch):
             boot = boot or min(startup(AGENT) for _ in range(3)) + min(startup(WORKER) for _ in range(3))
             line += (f"; torchrun cell {min(launch):.2f} s, of which its interpreters' start-up {boot:.2f} s; "
-                     f"without it {median((t - boot) / f for t, f in pairs):.2f} x floor, "
-                     f"{median((t - boot) / f for t, f in zip(times, own, strict=True)):.2f} x its topics' floor")
+                     f"without it {median((t - boot) / f for t, f in pairs):.2f} x floor")
         print(line, flush=True)
     return 0
 
