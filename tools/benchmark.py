@@ -53,6 +53,7 @@ PLOT = "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()"
 COMPILE = "torch.compile(lambda x: x.sin() + 1, backend='eager')(torch.ones(3))"
 META = "torch.ones(2, device='meta') + 1"
 DETERMINISM = "torch.use_deterministic_algorithms(True)"
+TIMER = "from torch.utils import benchmark\nbenchmark.Timer('x + 1', globals={'x': torch.ones(3)}).blocked_autorange()"
 # A torchrun job as chapter 10 starts its first (two agents, one gloo worker each) whose workers only meet.
 TORCHRUN = ("import tempfile\nfrom pathlib import Path\nfrom utils.launch import torchrun\n"
             "with tempfile.TemporaryDirectory() as job:\n"
@@ -68,6 +69,7 @@ FIRST_USE = {
     "+ torch.use_deterministic_algorithms": DETERMINISM,
     "+ all four": "\n".join((STEP, COMPILE, META, DETERMINISM)),
     "+ one matplotlib figure": PLOT,
+    "+ one torch.utils.benchmark measurement": TIMER,
     "+ one torchrun job (two agents, gloo)": TORCHRUN,
     "+ one optimizer step and one figure": f"{STEP}\n{PLOT}",
 }
@@ -81,10 +83,11 @@ TOPICS = {
     "meta": (r"""device=["']meta["']|torch\.device\(["']meta["']\)|\.to\(["']meta["']\)""", "torch._dynamo", META),
     "determinism": (r"use_deterministic_algorithms\(", "torch._dynamo", DETERMINISM),
     "figure": (r"plt\.|explore\(|build_explorer\(", "matplotlib.pyplot", PLOT),
+    "benchmark": (r"benchmark\.Timer\(", "torch.utils.benchmark", TIMER),
     "torchrun": (r"torchrun\(", None, TORCHRUN),  # the job runs in other processes: nothing to see here
 }
 #: The modules whose first import is dear (see ``--first-use``), watched by ``--loads``.
-LOADS = ("torch._dynamo", "sympy", "torch._inductor.config", "matplotlib.pyplot")
+LOADS = ("torch._dynamo", "sympy", "torch._inductor.config", "matplotlib.pyplot", "torch.utils.benchmark")
 _HARDWARE = {"requires-cuda", "requires-multi-gpu"}
 EXERCISES = " (Exercises)"
 
