@@ -30,7 +30,6 @@ import tempfile
 import tokenize
 from functools import cache
 from pathlib import Path
-from unittest import mock
 
 import polib
 
@@ -63,12 +62,13 @@ _UNTRANSLATED_COMMENT = re.compile(r"^(noqa|type:|pragma|fmt:|ruff:|----)")
 @functools.lru_cache(maxsize=4096)
 def markdown_messages(markdown: str) -> tuple[str, ...]:
     """The messages of one Markdown cell, as ``mdpo`` splits it (code blocks are not messages)."""
-    import mdpo.md2po as md2po
+    from mdpo.md2po import Md2Po
 
-    # mdpo first tries its argument as a glob of files (a cell reading "*" would be read as this folder's files),
-    # which also costs a regular expression per cell: a cell is always content.
-    with mock.patch.object(md2po, "to_files_or_content", lambda value: (False, value)):
-        return tuple(entry.msgid for entry in md2po.markdown_to_pofile(markdown))
+    # Md2Po first tries its argument as a glob of files (a cell reading "*" would be read as this folder's files),
+    # which also costs a regular expression per cell. A cell is always content: give it as ``content``.
+    extractor = Md2Po("")
+    extractor.content = markdown
+    return tuple(entry.msgid for entry in extractor.extract())
 
 
 @functools.lru_cache(maxsize=4096)
