@@ -92,14 +92,21 @@ _HARDWARE = {"requires-cuda", "requires-multi-gpu"}
 EXERCISES = " (Exercises)"
 
 
+def _in_exercises(cells: list) -> list[bool]:
+    """For each cell, whether it sits in the Exercises section (from its ``## Exercises`` heading to the next one)."""
+    flags, inside = [], False
+    for cell in cells:
+        if cell.cell_type == "markdown" and cell.source.startswith("## "):
+            inside = cell.source.startswith("## Exercises")
+        flags.append(inside)
+    return flags
+
+
 def lesson_topics(nb: nbformat.NotebookNode) -> dict[str, list[str]]:
     """For each of :data:`TOPICS` a lesson uses, the ids of the lesson cells that use it. A lesson cell is a code
     cell outside the Exercises section that runs on a CPU (no hardware tag)."""
     found: dict[str, list[str]] = {}
-    in_exercises = False
-    for cell in nb.cells:
-        if cell.cell_type == "markdown" and cell.source.startswith("## "):
-            in_exercises = cell.source.startswith("## Exercises")
+    for cell, in_exercises in zip(nb.cells, _in_exercises(nb.cells), strict=True):
         if cell.cell_type != "code" or in_exercises or _HARDWARE & set(cell.metadata.get("tags", [])):
             continue
         for topic, (pattern, _, _) in TOPICS.items():
@@ -132,15 +139,10 @@ def first_loads(nb: nbformat.NotebookNode, path: str) -> dict[str, str]:
     probe.cells = [nbformat.v4.new_code_cell(watch), *probe.cells, nbformat.v4.new_code_cell("print(_loads)")]
     run_all(probe, path)
     counts = ast.literal_eval(probe.cells[-1].outputs[0]["text"])
-    by_count, section, exercise = {}, "", set()
-    for cell in probe.cells:
-        if cell.cell_type == "markdown" and cell.source.startswith("## "):
-            section = cell.source.splitlines()[0]
-        if cell.cell_type == "code" and cell.execution_count:
-            by_count[cell.execution_count] = cell.get("id", "?")
-            if section.startswith("## Exercises"):
-                exercise.add(cell.execution_count)
-    return {m: by_count[n] + (EXERCISES if n in exercise else "") for m, n in counts.items()}
+    by_count = {cell.execution_count: cell.id + (EXERCISES if in_exercises else "")
+                for cell, in_exercises in zip(probe.cells, _in_exercises(probe.cells), strict=True)
+                if cell.cell_type == "code" and cell.execution_count}
+    return {m: by_count[n] for m, n in counts.items()}
 
 
 def notebook(*sources: str) -> nbformat.NotebookNode:
