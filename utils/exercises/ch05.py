@@ -399,16 +399,10 @@ def _expect_restored(step: object, want_step: int, model: nn.Module, optimizer: 
 
 def _tensors_in(path: Path) -> list[torch.Tensor]:
     """Every tensor the checkpoint at ``path`` holds, at any depth of its dicts, lists and tuples."""
-    found, stack = [], [torch.load(path, map_location="cpu", weights_only=True)]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, torch.Tensor):
-            found.append(item)
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list | tuple):
-            stack.extend(item)
-    return found
+    from torch.utils._pytree import tree_leaves
+
+    return [leaf for leaf in tree_leaves(torch.load(path, map_location="cpu", weights_only=True))
+            if isinstance(leaf, torch.Tensor)]
 
 
 def _holds(path: Path, *values: torch.Tensor) -> bool:

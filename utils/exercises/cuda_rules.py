@@ -109,16 +109,11 @@ def _host_tensors_moved(index: object, to: object, host: str, tensor_type: type)
     return index
 
 
-def _tensors_in(obj: object, tensor_type: type) -> Iterator:
-    """Every tensor in ``obj`` and the tuples, lists and dicts inside it."""
-    if isinstance(obj, tensor_type):
-        yield obj
-    elif isinstance(obj, (tuple, list)):
-        for item in obj:
-            yield from _tensors_in(item, tensor_type)
-    elif isinstance(obj, dict):
-        for item in obj.values():
-            yield from _tensors_in(item, tensor_type)
+def _tensors_in(obj: object, tensor_type: type) -> list:
+    """Every tensor in ``obj`` and the tuples, lists and dicts inside it (torch's pytree leaves)."""
+    from torch.utils._pytree import tree_leaves
+
+    return [leaf for leaf in tree_leaves(obj) if isinstance(leaf, tensor_type)]
 
 
 @functools.cache
@@ -154,7 +149,7 @@ def _same_device_mode() -> type:
             elif called in _INDEX_WRITES:  # the value must be on the data's device; the index need not be
                 index = args[1] if len(args) > 1 else kwargs.get("indices")
                 value = args[2] if len(args) > 2 else kwargs.get("values", kwargs.get("value"))
-                indexed = any(True for _ in _tensors_in(index, torch.Tensor))
+                indexed = bool(_tensors_in(index, torch.Tensor))
                 checked = [args[0] if args else None, value] if indexed else []
             else:
                 checked = [args, kwargs]
