@@ -51,9 +51,9 @@ TRADITIONAL_TERMS = {
 _TERMS = re.compile("|".join(map(re.escape, sorted(TRADITIONAL_TERMS, key=len, reverse=True))))
 
 
-#: Comments that are instructions to tools, or markers the course's tools look for: never translated.
 #: A link out of ``notebooks/`` (``](../utils/ddp_train.py)``): an edition lives one folder further down.
 _UP = re.compile(r"\]\(\.\./")
+#: Comments that are instructions to tools, or markers the course's tools look for: never translated.
 _UNTRANSLATED_COMMENT = re.compile(r"^(noqa|type:|pragma|fmt:|ruff:|----)")
 
 
