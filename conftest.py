@@ -86,6 +86,13 @@ def _named(config, path: Path) -> bool:
     return bool(named & {path, path.parent})
 
 
+@pytest.fixture
+def mdpo():
+    """mdpo, which splits Markdown into the editions' messages: a test that makes templates or editions skips
+    without it (requirements.txt installs it on Python 3.11 only: tools/translate.py says why)."""
+    return pytest.importorskip("mdpo.md2po", reason="no mdpo, which requirements.txt installs on Python 3.11 only")
+
+
 @pytest.fixture(autouse=True)
 def hints_in_chinese_too(request, monkeypatch):
     """In an exercise catalogue, make ``outcome`` judge every answer in English and in 简体 (see the docstring)."""

@@ -32,6 +32,7 @@ def tags(cell):
     return set(cell.metadata.get("tags", []))
 
 
+@pytest.mark.usefixtures("mdpo")
 def test_generated_parts_are_up_to_date():
     assert course.stale() == [], "run: python -m tools.course sync"
 

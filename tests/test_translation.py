@@ -276,6 +276,7 @@ def test_a_new_traditional_message_gets_a_fuzzy_draft_from_simplified(tmp_path):
     assert entry.fuzzy and entry.msgstr == "目前儲存格回傳一個串列", "a draft in Taiwan's terms, to be read"
 
 
+@pytest.mark.usefixtures("mdpo")
 def test_a_message_two_chapters_share_lives_in_one_catalogue():
     def notebook(title, own, cell):
         return nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(f"{title}\n\n{own}", id=f"{cell}0"),

@@ -24,6 +24,7 @@ merges, polib reads and compiles:
 from __future__ import annotations
 
 import functools
+import importlib
 import io
 import re
 import tempfile
@@ -59,10 +60,22 @@ _UNTRANSLATED_COMMENT = re.compile(r"^(noqa|type:|pragma|fmt:|ruff:|----)")
 
 # --- what a notebook asks translators for ----------------------------------------------------------------
 
+def _mdpo(module: str):
+    """``mdpo.<module>``, or an error that says how to install mdpo where requirements.txt does not."""
+    try:
+        return importlib.import_module(f"mdpo.{module}")
+    except ModuleNotFoundError as error:
+        raise ModuleNotFoundError(
+            "making or checking the Chinese editions needs mdpo, which requirements.txt installs on Python 3.11 "
+            "only (its Markdown parser, pymd4c, has no wheel for newer Pythons): install the md4c C library "
+            "(apt-get install libmd4c-dev libmd4c-html0-dev pkg-config; brew install md4c), then pip install "
+            "mdpo==2.1.4") from error
+
+
 @functools.lru_cache(maxsize=4096)
 def markdown_messages(markdown: str) -> tuple[str, ...]:
     """The messages of one Markdown cell, as ``mdpo`` splits it (code blocks are not messages)."""
-    from mdpo.md2po import Md2Po
+    Md2Po = _mdpo("md2po").Md2Po
 
     # Md2Po first tries its argument as a glob of files (a cell reading "*" would be read as this folder's files),
     # which also costs a regular expression per cell. A cell is always content: give it as ``content``.
@@ -401,7 +414,7 @@ def _lookup_catalogue(translations: dict[str, str]) -> polib.POFile:
 def translate_markdown(markdown: str, po: polib.POFile) -> str:
     """``markdown`` with each of its messages replaced by its translation in ``po`` (mdpo's ``po2md``). Raises
     ``LookupError`` naming a translated message that po2md nevertheless left in English."""
-    from mdpo.po2md import Po2Md
+    Po2Md = _mdpo("po2md").Po2Md
 
     messages = markdown_messages(markdown)
     if not messages:
