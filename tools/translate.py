@@ -68,8 +68,8 @@ def _mdpo(module: str):
         raise ModuleNotFoundError(
             "making or checking the Chinese editions needs mdpo, which requirements.txt installs on Python 3.11 "
             "only (its Markdown parser, pymd4c, has no wheel for newer Pythons): install the md4c C library "
-            "(apt-get install libmd4c-dev libmd4c-html0-dev pkg-config; brew install md4c pkg-config), then pip install "
-            "mdpo==2.1.4") from error
+            "(apt-get install libmd4c-dev libmd4c-html0-dev pkg-config; brew install md4c pkg-config), then "
+            "pip install mdpo==2.1.4") from error
 
 
 @functools.lru_cache(maxsize=4096)
