@@ -39,7 +39,7 @@ from statistics import median
 import nbformat
 from nbclient import NotebookClient
 
-from tools.course import BY_NUMBER, CHAPTERS, SETUP
+from tools.course import BY_NUMBER, CHAPTERS, GPU_TAGS, SETUP
 
 # What the interpreters of chapter 10's job import before they do any work: torchrun's agents, then the
 # workers (utils.ddp_train imports torch._dynamo first: see its main()).
@@ -88,7 +88,6 @@ TOPICS = {
 }
 #: The modules whose first import is dear (see ``--first-use``), watched by ``--loads``.
 LOADS = ("torch._dynamo", "sympy", "torch._inductor.config", "matplotlib.pyplot", "torch.utils.benchmark")
-_HARDWARE = {"requires-cuda", "requires-multi-gpu"}
 EXERCISES = " (Exercises)"
 
 
@@ -107,7 +106,7 @@ def lesson_topics(nb: nbformat.NotebookNode) -> dict[str, list[str]]:
     cell outside the Exercises section that runs on a CPU (no hardware tag)."""
     found: dict[str, list[str]] = {}
     for cell, in_exercises in zip(nb.cells, _in_exercises(nb.cells), strict=True):
-        if cell.cell_type != "code" or in_exercises or _HARDWARE & set(cell.metadata.get("tags", [])):
+        if cell.cell_type != "code" or in_exercises or GPU_TAGS & set(cell.metadata.get("tags", [])):
             continue
         for topic, (pattern, _, _) in TOPICS.items():
             if re.search(pattern, cell.source):

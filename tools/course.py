@@ -208,6 +208,10 @@ def generated_messages() -> list[str]:
 
 # --- applying it to notebooks ----------------------------------------------------------------------
 
+#: The tags of cells that run only on a GPU (one, or two and more): a CPU run skips them.
+GPU_TAGS = frozenset({"requires-cuda", "requires-multi-gpu"})
+
+
 def _tags(cell) -> list[str]:
     return cell.get("metadata", {}).get("tags", [])
 
@@ -579,7 +583,7 @@ def device_cells(nb) -> tuple[int, int]:
                         tainted.add(stmt.name)
         hit = bool(_names(tree) & tainted)
         tags = set(_tags(cell))
-        if tags & {"setup", "nbval-ignore-output", "nbval-skip", "requires-cuda", "requires-multi-gpu"}:
+        if tags & {"setup", "nbval-ignore-output", "nbval-skip", *GPU_TAGS}:
             continue
         compared += 1
         used += hit

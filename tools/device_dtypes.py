@@ -26,6 +26,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from tools.course import GPU_TAGS
+
 #: The dtypes MPS does not have, as ``torch.<name>`` spells them.
 MISSING = frozenset({"float64", "double", "complex128", "cdouble"})
 #: Legacy tensor types of those dtypes (``.type(torch.DoubleTensor)``).
@@ -43,7 +45,6 @@ NO_TENSOR = frozenset({"len", "isinstance", "issubclass", "str", "repr", "print"
                        "bool", "int", "float", "callable", "hasattr", "format", "round"})
 #: Functions that return the chosen device (``utils.devices``).
 DEVICE_FUNCTIONS = frozenset({"try_gpu", "try_all_gpus"})
-SKIPPED_TAGS = frozenset({"requires-cuda", "requires-multi-gpu"})
 
 
 @dataclass(frozen=True)
@@ -372,7 +373,7 @@ def problems(nb) -> list[str]:
     <code>  (<why>)"``, in the order the cells run."""
     reader = _Reader()
     for index, cell in enumerate(nb.cells):
-        if cell.cell_type != "code" or SKIPPED_TAGS & set(cell.get("metadata", {}).get("tags", [])):
+        if cell.cell_type != "code" or GPU_TAGS & set(cell.get("metadata", {}).get("tags", [])):
             continue
         source = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in cell.source.split("\n"))
         try:
